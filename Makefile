@@ -1,0 +1,53 @@
+# `make test` and `make demo` do all set-up themselves on a fresh machine.
+PYTHON ?= python3
+PYTHON313 ?= $(shell pyenv prefix 3.13.0 2>/dev/null)/bin/python3.13
+VENV ?= .venv
+VENV313 ?= .venv-3.13
+BIN := $(VENV)/bin
+BIN313 := $(VENV313)/bin
+PYTEST_ARGS ?=
+
+.PHONY: all setup test lint typecheck pytest pytest-3.13 demo bench test-exo clean
+
+all: test
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,dev]'
+	touch $@
+
+$(BIN313)/.installed: pyproject.toml
+	$(PYTHON313) -m venv $(VENV313)
+	$(BIN313)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	touch $@
+
+setup: $(BIN)/.installed
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(BIN)/.installed
+	$(BIN)/basedpyright
+
+pytest: $(BIN)/.installed
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# exo runs on Python 3.13 only: the whole suite runs there too, where it exists.
+pytest-3.13:
+	@if [ -x "$(PYTHON313)" ]; then \
+		$(MAKE) --no-print-directory $(BIN313)/.installed && $(BIN313)/pytest $(PYTEST_ARGS); \
+	else \
+		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; \
+	fi
+
+test: lint typecheck pytest pytest-3.13
+
+demo: $(BIN)/.installed
+	$(BIN)/python -m exo_orphan_guard.demo
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache

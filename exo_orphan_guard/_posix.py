@@ -1,0 +1,77 @@
+"""Any POSIX system, through psutil: macOS, the BSDs, and what Linux does not do faster.
+
+Same function names as `_linux`; `system` picks one module per platform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+
+import psutil
+
+from ._common import Pid, ProcessStart
+
+
+def read_start(pid: int) -> ProcessStart | None:
+    """None once the process is gone or a zombie psutil can no longer read.
+
+    Raises PermissionError for a process that exists but cannot be read: callers must
+    not mistake it for a dead one.
+    """
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return ProcessStart(process.create_time(), process.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.AccessDenied as error:
+        raise PermissionError(f"cannot read process {pid}") from error
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
+        return None
+
+
+@cache
+def boot_id() -> str:
+    # No boot id outside Linux; boot time identifies the boot as well.
+    return f"boot-{psutil.boot_time():.0f}"
+
+
+def forked_by_main_thread(parent: int, child: int) -> bool | None:
+    del parent, child
+    return None
+
+
+def set_parent_death_signal(signal_number: int) -> bool:
+    del signal_number
+    return False
+
+
+def become_child_subreaper() -> bool:
+    return False
+
+
+def child_pids(pid: int) -> list[Pid]:
+    try:
+        return [Pid(child.pid) for child in psutil.Process(pid).children()]
+    except psutil.Error:
+        return []
+
+
+def stuck_state(pid: int) -> str | None:
+    try:
+        return "D" if psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP else None
+    except psutil.Error:
+        return None
+
+
+def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
+    for process in psutil.process_iter(["cmdline"]):
+        argv: list[str] | None = process.info["cmdline"]
+        if argv:
+            yield Pid(process.pid), "\0".join(argv).encode() + b"\0"

@@ -1,0 +1,93 @@
+"""Environment variables, parsed by pure functions that return a value and a warning.
+
+Nothing here raises on bad input: the guard must never break exo because of a typo.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Generic, Literal, TypeVar, final, get_args
+
+TOGGLE_ENV: Final = "EXO_ORPHAN_GUARD"
+STRATEGY_ENV: Final = "EXO_ORPHAN_GUARD_STRATEGY"
+DIR_ENV: Final = "EXO_ORPHAN_GUARD_DIR"
+GRACE_ENV: Final = "EXO_ORPHAN_GUARD_GRACE"
+WORKER_ENV: Final = "EXO_ORPHAN_GUARD_WORKER"
+"""Set by `prepare_worker()` in the worker and inherited by every runner it spawns."""
+
+Strategy = Literal["auto", "pidfd", "kqueue", "sentinel", "poll", "pdeathsig", "watchdog"]
+STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
+
+_ON: Final = frozenset({"1", "true", "yes", "on"})
+_OFF: Final = frozenset({"", "0", "false", "no", "off"})
+
+DEFAULT_GRACE_SECONDS: Final = 2.0
+
+T = TypeVar("T")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Parsed(Generic[T]):
+    value: T
+    warning: str | None = None
+
+
+def parse_toggle(raw: str | None) -> Parsed[bool]:
+    if raw is None:
+        return Parsed(False)
+    word = raw.strip().lower()
+    if word in _ON:
+        return Parsed(True)
+    if word in _OFF:
+        return Parsed(False)
+    return Parsed(
+        False,
+        f"{TOGGLE_ENV}={raw!r} is not one of 1/true/yes/on or 0/false/no/off: "
+        "the orphan guard stays off",
+    )
+
+
+def parse_strategy(raw: str | None) -> Parsed[Strategy]:
+    word = (raw or "").strip().lower()
+    if word in ("", "auto"):
+        return Parsed("auto")
+    for strategy in STRATEGIES:
+        if word == strategy:
+            return Parsed(strategy)
+    return Parsed(
+        "auto",
+        f"{STRATEGY_ENV}={raw!r} is not one of {', '.join(STRATEGIES)}: using auto",
+    )
+
+
+def parse_grace(raw: str | None) -> Parsed[float]:
+    if raw is None or not raw.strip():
+        return Parsed(DEFAULT_GRACE_SECONDS)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds <= 60.0:
+        return Parsed(
+            DEFAULT_GRACE_SECONDS,
+            f"{GRACE_ENV}={raw!r} is not a number of seconds in 0..60: "
+            f"using {DEFAULT_GRACE_SECONDS:g}",
+        )
+    return Parsed(seconds)
+
+
+def registry_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """`EXO_ORPHAN_GUARD_DIR`, else `~/.exo/orphan-guard` (exo's home on macOS)."""
+    env = os.environ if environ is None else environ
+    override = env.get(DIR_ENV, "").strip()
+    if override:
+        return Path(override).expanduser()
+    return Path.home() / ".exo" / "orphan-guard"
+
+
+def guard_enabled() -> Parsed[bool]:
+    return parse_toggle(os.environ.get(TOGGLE_ENV))

@@ -1,0 +1,139 @@
+"""Ways to block until another process has exited: one function each, one dispatcher.
+
+Every waiter can wake for the wrong reason (a multiprocessing sentinel closes when the
+worker merely drops its Process object; psutil falls back to polling), so the
+dispatcher re-checks the target's identity after each wake-up and only reports a
+death it has confirmed. Callers act on nothing else.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import select
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from typing import Final, Literal, get_args
+
+import psutil
+from loguru import logger
+
+from .identity import ProcessIdentity, liveness
+
+WaiterName = Literal["pidfd", "kqueue", "sentinel", "poll"]
+WAITER_NAMES: Final[tuple[WaiterName, ...]] = get_args(WaiterName)
+POLL_INTERVAL_SECONDS: Final = 0.1
+
+
+class WaiterUnavailableError(Exception):
+    """This waiter cannot watch this target here; the dispatcher tries the next."""
+
+
+def wait_pidfd(target: ProcessIdentity) -> None:
+    """Linux >= 5.3: a pidfd turns readable when the process exits (zombie or not)."""
+    try:
+        pidfd = os.pidfd_open(target.pid)
+    except ProcessLookupError:
+        return
+    except OSError as error:
+        raise WaiterUnavailableError(f"pidfd_open: {error}") from error
+    try:
+        # The pid may have been reused between recording the target and opening it.
+        if liveness(target) == "gone":
+            return
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        while not poller.poll():
+            pass
+    finally:
+        os.close(pidfd)
+
+
+def wait_kqueue(target: ProcessIdentity) -> None:
+    """macOS/BSD: psutil's `Process.wait()`, which waits on kqueue EVFILT_PROC/NOTE_EXIT.
+
+    psutil >= 7.2.2 runs this path in its own macOS CI; we only wrap it. For a process
+    that is not our child it returns once the pid is gone, i.e. once the dead worker
+    has been reaped by its own parent.
+    """
+    try:
+        process = psutil.Process(target.pid)
+    except psutil.NoSuchProcess:
+        return
+    if liveness(target) == "gone":
+        return
+    process.wait()
+
+
+def wait_sentinel(target: ProcessIdentity) -> None:
+    """multiprocessing's parent sentinel: EOF once every copy of the parent's end closes."""
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.pid != target.pid:
+        raise WaiterUnavailableError("not a multiprocessing child of the watched worker")
+    multiprocessing.connection.wait([parent.sentinel])
+
+
+def wait_poll(target: ProcessIdentity) -> None:
+    while liveness(target) != "gone":
+        time.sleep(POLL_INTERVAL_SECONDS)
+
+
+@cache
+def can_use_pidfd() -> bool:
+    if not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
+@cache
+def can_use_kqueue() -> bool:
+    return sys.platform != "linux" and hasattr(select, "kqueue")
+
+
+def can_use_sentinel(target: ProcessIdentity) -> bool:
+    parent = multiprocessing.parent_process()
+    return parent is not None and parent.pid == target.pid
+
+
+WAITERS: Final[Mapping[WaiterName, Callable[[ProcessIdentity], None]]] = {
+    "pidfd": wait_pidfd,
+    "kqueue": wait_kqueue,
+    "sentinel": wait_sentinel,
+    "poll": wait_poll,
+}
+
+
+def usable_waiters(target: ProcessIdentity) -> tuple[WaiterName, ...]:
+    """Event-driven first; polling, which always works, last."""
+    probes: Mapping[WaiterName, Callable[[], bool]] = {
+        "pidfd": can_use_pidfd,
+        "kqueue": can_use_kqueue,
+        "sentinel": lambda: can_use_sentinel(target),
+        "poll": lambda: True,
+    }
+    return tuple(name for name in WAITER_NAMES if probes[name]())
+
+
+def wait_for_exit(
+    target: ProcessIdentity,
+    chain: Sequence[WaiterName],
+    waiters: Mapping[WaiterName, Callable[[ProcessIdentity], None]] = WAITERS,
+) -> WaiterName:
+    """Block until `target` is confirmed gone; return the waiter that saw it go."""
+    for name in (*chain, "poll"):
+        try:
+            waiters[name](target)
+        except WaiterUnavailableError as why:
+            logger.debug(f"orphan guard: {name} waiter unavailable ({why}), trying the next")
+            continue
+        if liveness(target) == "gone":
+            return name
+        logger.debug(f"orphan guard: {name} woke but process {target.pid} lives on")
+    raise AssertionError("unreachable: wait_poll returns only once the target is gone")

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard import scenarios, settings
+from exo_orphan_guard.scenario_worker import RunnerKind, SpawnFrom, Watch
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No test reads the developer's toggles or writes to ~/.exo."""
+    for name in (
+        settings.TOGGLE_ENV,
+        settings.STRATEGY_ENV,
+        settings.GRACE_ENV,
+        settings.WORKER_ENV,
+    ):
+        monkeypatch.delenv(name, raising=False)
+    registry = tmp_path / "registry"
+    monkeypatch.setenv(settings.DIR_ENV, str(registry))
+    return registry
+
+
+StartWorker = Callable[..., scenarios.StartedWorker]
+
+
+@pytest.fixture
+def start_worker(isolated_environment: Path) -> Iterator[StartWorker]:
+    """Start scenario workers; whatever they leave behind is killed at teardown."""
+    started: list[scenarios.StartedWorker] = []
+
+    def start(
+        runners: Sequence[RunnerKind],
+        *,
+        watch: Watch = "guard",
+        strategy: settings.Strategy = "auto",
+        spawn_from: SpawnFrom = "main",
+        extra_env: dict[str, str] | None = None,
+    ) -> scenarios.StartedWorker:
+        worker = scenarios.start_worker(
+            runners,
+            watch=watch,
+            strategy=strategy,
+            spawn_from=spawn_from,
+            registry=isolated_environment,
+            extra_env=extra_env,
+        )
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        scenarios.cleanup(worker)

@@ -1,0 +1,187 @@
+"""The parent watch on real processes: SIGKILL a worker, read the process table.
+
+Every "gone" assertion has a twin with the guard off that asserts the orphans live,
+so none of these can pass by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from exo_orphan_guard import scenarios, settings
+from exo_orphan_guard.scenario_worker import RunnerKind
+from exo_orphan_guard.waiters import can_use_pidfd
+from tests.conftest import StartWorker
+
+GONE_WITHIN_SECONDS = 1.0
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="Linux mechanism")
+
+ALL_KINDS: list[RunnerKind] = ["idle", "gil", "child", "late"]
+
+
+def kill_and_wait(worker: scenarios.StartedWorker, timeout: float) -> dict[str, float | None]:
+    processes = worker.all_processes()
+    killed_at = scenarios.kill_worker(worker)
+    exits = scenarios.wait_gone(processes, timeout)
+    return {
+        f"{kind}:{identity.pid}": None if seen is None else seen - killed_at
+        for identity, seen in exits.items()
+        for kind in [_kind_of(worker, identity)]
+    }
+
+
+def _kind_of(worker: scenarios.StartedWorker, identity: object) -> str:
+    for runner in worker.runners:
+        if identity == runner.identity:
+            return runner.kind
+        if identity in runner.children:
+            return f"{runner.kind}-child"
+        if identity in runner.helpers:
+            return f"{runner.kind}-watchdog"
+    return "?"
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_guard_on_every_runner_and_its_tree_is_gone_within_a_second(
+    start_worker: StartWorker, kind: RunnerKind
+) -> None:
+    worker = start_worker([kind, kind])
+    latencies = kill_and_wait(worker, GONE_WITHIN_SECONDS)
+    assert all(latency is not None for latency in latencies.values()), latencies
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
+def test_guard_off_the_same_runners_are_left_alive(
+    start_worker: StartWorker, kind: RunnerKind
+) -> None:
+    worker = start_worker([kind, kind], watch="none")
+    latencies = kill_and_wait(worker, GONE_WITHIN_SECONDS)
+    assert all(latency is None for latency in latencies.values()), latencies
+
+
+def test_bad_toggle_value_warns_once_and_leaves_the_guard_off(start_worker: StartWorker) -> None:
+    worker = start_worker(["idle"], extra_env={settings.TOGGLE_ENV: "maybe"})
+    assert kill_and_wait(worker, 0.5) == {f"idle:{worker.runners[0].identity.pid}": None}
+
+
+# Which mechanism covers what. `auto` arms all that are safe; the single strategies
+# exist so that each mechanism is exercised alone. Thread waiters cannot act while the
+# runner holds the GIL; PR_SET_PDEATHSIG kills the runner but not what it started.
+MECHANISM_COVERS: dict[settings.Strategy, set[RunnerKind]] = {
+    "auto": {"idle", "gil", "child", "late"},
+    "watchdog": {"idle", "gil", "child", "late"},
+    "pdeathsig": {"idle", "gil", "late"},
+    "pidfd": {"idle", "child", "late"},
+    "sentinel": {"idle", "child", "late"},
+    "poll": {"idle", "child", "late"},
+}
+
+
+@pytest.mark.parametrize("strategy", list(MECHANISM_COVERS))
+def test_each_mechanism_covers_exactly_what_the_design_says(
+    start_worker: StartWorker, strategy: settings.Strategy
+) -> None:
+    if strategy in ("pdeathsig", "pidfd") and not (sys.platform == "linux" and can_use_pidfd()):
+        pytest.skip("Linux mechanism")
+    worker = start_worker(ALL_KINDS, strategy=strategy)
+    latencies = kill_and_wait(worker, GONE_WITHIN_SECONDS)
+    for runner in worker.runners:
+        gone = latencies[f"{runner.kind}:{runner.identity.pid}"] is not None
+        tree_gone = all(
+            latencies[f"{_kind_of(worker, member)}:{member.pid}"] is not None
+            for member in runner.tree
+        )
+        covered = runner.kind in MECHANISM_COVERS[strategy]
+        assert (gone and tree_gone) == covered, (strategy, runner.kind, latencies)
+
+
+@pytest.mark.parametrize("watch", ["guard", "none"])
+@linux_only
+def test_orphans_reparented_to_a_subreaper_not_pid_1(
+    watch: str, isolated_environment: Path
+) -> None:
+    script = Path(__file__).parent / "helpers" / "subreaper_scenario.py"
+    completed = subprocess.run(
+        [sys.executable, str(script), watch, str(isolated_environment)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    # The orphans did land on the subreaper, so `ppid == 1` would not have found them.
+    # (Guarded runners may be gone before their parent could be read.)
+    assert all(parent == result["subreaper"] for parent in result["orphan_parents"]), result
+    if watch == "guard":
+        assert result["alive_after"] == [], result
+    else:
+        assert len(result["orphan_parents"]) == 3
+        assert len(result["alive_after"]) == result["tracked"], result
+
+
+def test_killing_one_runner_spares_its_worker_and_siblings(start_worker: StartWorker) -> None:
+    worker = start_worker(["idle", "gil", "child"])
+    victim, *siblings = worker.runners
+    os.kill(victim.identity.pid, signal.SIGKILL)
+    exits = scenarios.wait_gone(list(victim.tree), GONE_WITHIN_SECONDS)
+    # The victim's watchdog goes with it: it never outlives its runner.
+    assert all(seen is not None for seen in exits.values()), exits
+    time.sleep(0.5)
+    assert worker.process.poll() is None
+    survivors = [identity for sibling in siblings for identity in sibling.tree]
+    assert scenarios.alive(survivors) == survivors
+
+
+@pytest.mark.parametrize("strategy", ["auto", "pdeathsig", "watchdog", "pidfd", "sentinel", "poll"])
+def test_runners_of_a_healthy_worker_live_after_their_spawning_thread_ends(
+    start_worker: StartWorker, strategy: settings.Strategy
+) -> None:
+    if strategy in ("pdeathsig", "pidfd") and not (sys.platform == "linux" and can_use_pidfd()):
+        pytest.skip("Linux mechanism")
+    worker = start_worker(["idle", "gil"], strategy=strategy, spawn_from="thread")
+    time.sleep(1.5)
+    everyone = worker.all_processes()
+    assert scenarios.alive(everyone) == everyone
+    # Still guarded, though: once the worker dies they go (as far as the mechanism
+    # reaches; pdeathsig, unsafe here, hands over to the watchdog).
+    latencies = kill_and_wait(worker, GONE_WITHIN_SECONDS)
+    covers = MECHANISM_COVERS["watchdog" if strategy == "pdeathsig" else strategy]
+    for runner in worker.runners:
+        gone = latencies[f"{runner.kind}:{runner.identity.pid}"] is not None
+        assert gone == (runner.kind in covers), (strategy, latencies)
+
+
+def test_healthy_runners_never_exit_on_their_own(start_worker: StartWorker) -> None:
+    worker = start_worker(["idle", "gil", "child"])
+    time.sleep(2.0)
+    everyone = worker.all_processes()
+    assert scenarios.alive(everyone) == everyone
+    assert worker.process.poll() is None
+
+
+def test_the_runner_leads_its_own_process_group(start_worker: StartWorker) -> None:
+    worker = start_worker(["child"])
+    runner = worker.runners[0]
+    assert os.getpgid(runner.identity.pid) == runner.identity.pid
+    assert all(os.getpgid(member.pid) == runner.identity.pid for member in runner.tree)
+    assert os.getpgid(worker.pid) != runner.identity.pid
+
+
+def test_the_watchdog_holds_none_of_the_runners_pipes(start_worker: StartWorker) -> None:
+    worker = start_worker(["idle"], strategy="watchdog")
+    (watchdog,) = worker.runners[0].helpers
+    open_files = {Path(entry.path).name for entry in psutil.Process(watchdog.pid).open_files()}
+    connections = psutil.Process(watchdog.pid).net_connections(kind="all")
+    assert open_files == set() and connections == []
+    if sys.platform == "linux":
+        fd_targets = {os.readlink(f"/proc/{watchdog.pid}/fd/{fd}") for fd in range(3)}
+        assert fd_targets == {os.devnull}

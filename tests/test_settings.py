@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+import pytest
+
+from exo_orphan_guard import settings
+
+
+@pytest.mark.parametrize("raw", ["1", "true", "YES", " On ", "TRUE"])
+def test_toggle_on_words(raw: str) -> None:
+    assert settings.parse_toggle(raw) == settings.Parsed(True)
+
+
+@pytest.mark.parametrize("raw", [None, "", "0", "false", "No", "OFF", "  "])
+def test_toggle_off_words_and_unset(raw: str | None) -> None:
+    assert settings.parse_toggle(raw) == settings.Parsed(False)
+
+
+@pytest.mark.parametrize("raw", ["2", "enable", "tru", "1 1", "on!"])
+def test_odd_toggle_values_stay_off_with_a_warning_naming_the_value(raw: str) -> None:
+    parsed = settings.parse_toggle(raw)
+    assert parsed.value is False
+    assert parsed.warning is not None and repr(raw) in parsed.warning
+    assert "\n" not in parsed.warning
+
+
+@pytest.mark.parametrize("strategy", settings.STRATEGIES)
+def test_every_strategy_name_parses(strategy: settings.Strategy) -> None:
+    assert settings.parse_strategy(strategy.upper()) == settings.Parsed(strategy)
+
+
+def test_unknown_strategy_falls_back_to_auto_with_a_warning() -> None:
+    parsed = settings.parse_strategy("kqeue")
+    assert parsed.value == "auto"
+    assert parsed.warning is not None and "'kqeue'" in parsed.warning
+
+
+@pytest.mark.parametrize(("raw", "seconds"), [(None, 2.0), ("", 2.0), ("0", 0.0), ("0.5", 0.5)])
+def test_grace(raw: str | None, seconds: float) -> None:
+    assert settings.parse_grace(raw) == settings.Parsed(seconds)
+
+
+@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", "61"])
+def test_bad_grace_uses_the_default_with_a_warning(raw: str) -> None:
+    parsed = settings.parse_grace(raw)
+    assert parsed.value == settings.DEFAULT_GRACE_SECONDS and parsed.warning is not None
+
+
+def test_registry_dir_override_and_default() -> None:
+    assert str(settings.registry_dir({settings.DIR_ENV: "/x/y"})) == "/x/y"
+    assert settings.registry_dir({}).parts[-2:] == (".exo", "orphan-guard")
