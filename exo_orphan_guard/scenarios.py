@@ -29,7 +29,7 @@ from .identity import ProcessIdentity, identity_of, liveness
 from .scenario_worker import RunnerKind, SpawnFrom, Watch, WorkerReport, WorkerSpec
 
 _START_TIMEOUT_SECONDS = 60.0
-_GIL_SETTLE_SECONDS = 0.3
+GIL_SETTLE_SECONDS = 0.3
 
 
 @final
@@ -122,14 +122,14 @@ def start_worker(
     return StartedWorker(process=process, runners=started, go_file=go_file)
 
 
-def kill_worker(worker: StartedWorker) -> float:
+def kill_worker(worker: StartedWorker, *, settle: bool = True) -> float:
     """SIGKILL the worker's pid alone (never its group: runners share it) and reap it.
 
     Returns the monotonic time just before the kill. `late` runners are let go after.
     A `gil` runner is given time to be inside its GIL-holding call first.
     """
-    if any(runner.kind == "gil" for runner in worker.runners):
-        time.sleep(_GIL_SETTLE_SECONDS)
+    if settle and any(runner.kind == "gil" for runner in worker.runners):
+        time.sleep(GIL_SETTLE_SECONDS)
     killed_at = time.monotonic()
     os.kill(worker.pid, signal.SIGKILL)
     worker.process.wait()

@@ -26,6 +26,9 @@ from .identity import ProcessIdentity, liveness
 WaiterName = Literal["pidfd", "kqueue", "sentinel", "poll"]
 WAITER_NAMES: Final[tuple[WaiterName, ...]] = get_args(WaiterName)
 POLL_INTERVAL_SECONDS: Final = 0.1
+EXIT_SETTLE_SECONDS: Final = 0.05
+"""A dying process closes its files before /proc shows it dead: a sentinel's EOF can
+arrive a moment before the exit can be confirmed."""
 
 
 class WaiterUnavailableError(Exception):
@@ -133,7 +136,16 @@ def wait_for_exit(
         except WaiterUnavailableError as why:
             logger.debug(f"orphan guard: {name} waiter unavailable ({why}), trying the next")
             continue
-        if liveness(target) == "gone":
+        if _confirmed_gone(target):
             return name
         logger.debug(f"orphan guard: {name} woke but process {target.pid} lives on")
     raise AssertionError("unreachable: wait_poll returns only once the target is gone")
+
+
+def _confirmed_gone(target: ProcessIdentity) -> bool:
+    deadline = time.monotonic() + EXIT_SETTLE_SECONDS
+    while liveness(target) != "gone":
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True

@@ -1,0 +1,163 @@
+"""Time from a worker's SIGKILL to its runners' exit, per strategy, side by side.
+
+Each round starts one worker per strategy (an idle runner and one holding the GIL in
+native code), then kills the workers one at a time in random order. Every strategy
+therefore runs under the same load, in the same run. exo PR 2205's 5 s getppid()
+poll and no guard at all are measured alongside, on workers with ten runners of each
+kind (their five-second waits would otherwise take hours).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exo_orphan_guard import scenarios, selftest, settings
+from exo_orphan_guard.identity import ProcessIdentity
+from exo_orphan_guard.scenario_worker import PR2205_POLL_SECONDS, RunnerKind, Watch
+
+from .stats import Samples
+
+FAST_DEADLINE_SECONDS = 1.0
+SLOW_DEADLINE_SECONDS = PR2205_POLL_SECONDS + 1.0
+SLOW_RUNNERS_PER_KIND = 10
+SLOW_EVERY_ROUNDS = 10
+
+
+@dataclass
+class Cell:
+    samples: Samples = field(default_factory=Samples)
+    deadline_s: float = FAST_DEADLINE_SECONDS
+
+
+@dataclass
+class LatencyResults:
+    rounds: int
+    cells: dict[str, dict[RunnerKind, Cell]] = field(
+        default_factory=dict[str, dict[RunnerKind, Cell]]
+    )
+
+    def cell(self, name: str, kind: RunnerKind, deadline: float) -> Cell:
+        return self.cells.setdefault(name, {}).setdefault(kind, Cell(deadline_s=deadline))
+
+
+def run(rounds: int, registry: Path) -> LatencyResults:
+    strategies = selftest.strategies_here()
+    results = LatencyResults(rounds)
+    slow_threads: list[threading.Thread] = []
+    lock = threading.Lock()
+    for round_number in range(rounds):
+        if round_number % SLOW_EVERY_ROUNDS == 0:
+            thread = threading.Thread(target=_slow_round, args=(results, lock, registry))
+            thread.start()
+            slow_threads.append(thread)
+        _fast_round(strategies, results, lock, registry)
+        if (round_number + 1) % 20 == 0:
+            print(f"  watch latency: {round_number + 1}/{rounds} rounds", flush=True)
+    for thread in slow_threads:
+        thread.join()
+    return results
+
+
+def _fast_round(
+    strategies: Sequence[settings.Strategy],
+    results: LatencyResults,
+    lock: threading.Lock,
+    registry: Path,
+) -> None:
+    with ThreadPoolExecutor(max_workers=len(strategies)) as pool:
+
+        def start(strategy: settings.Strategy) -> scenarios.StartedWorker:
+            return scenarios.start_worker(["idle", "gil"], strategy=strategy, registry=registry)
+
+        workers = list(pool.map(start, strategies))
+    order = list(zip(strategies, workers, strict=True))
+    random.shuffle(order)
+    try:
+        time.sleep(scenarios.GIL_SETTLE_SECONDS)
+        for strategy, worker in order:
+            _measure(strategy, worker, results, lock)
+    finally:
+        for worker in workers:
+            scenarios.cleanup(worker)
+
+
+def _measure(
+    strategy: settings.Strategy,
+    worker: scenarios.StartedWorker,
+    results: LatencyResults,
+    lock: threading.Lock,
+) -> None:
+    covered = selftest.MECHANISM_COVERS[strategy]
+    expected = [runner for runner in worker.runners if runner.kind in covered]
+    killed_at = scenarios.kill_worker(worker, settle=False)
+    exits = scenarios.wait_gone([runner.identity for runner in expected], FAST_DEADLINE_SECONDS)
+    # Runners this mechanism cannot reach are checked once the deadline has passed.
+    remaining = FAST_DEADLINE_SECONDS - (time.monotonic() - killed_at)
+    uncovered = [runner.identity for runner in worker.runners if runner.kind not in covered]
+    if uncovered:
+        exits |= scenarios.wait_gone(uncovered, max(0.0, remaining))
+    _record(strategy, worker, exits, killed_at, results, lock, FAST_DEADLINE_SECONDS)
+
+
+def _slow_round(results: LatencyResults, lock: threading.Lock, registry: Path) -> None:
+    idle: list[RunnerKind] = ["idle"]
+    gil: list[RunnerKind] = ["gil"]
+    kinds = idle * SLOW_RUNNERS_PER_KIND + gil * SLOW_RUNNERS_PER_KIND
+    watches: list[Watch] = ["pr2205", "none"]
+    workers = [scenarios.start_worker(kinds, watch=watch, registry=registry) for watch in watches]
+    try:
+        time.sleep(scenarios.GIL_SETTLE_SECONDS)
+        killed = [
+            (watch, worker, scenarios.kill_worker(worker, settle=False))
+            for watch, worker in zip(watches, workers, strict=True)
+        ]
+        for watch, worker, killed_at in killed:
+            remaining = SLOW_DEADLINE_SECONDS - (time.monotonic() - killed_at)
+            exits = scenarios.wait_gone(
+                [runner.identity for runner in worker.runners], max(0.0, remaining)
+            )
+            name = "PR 2205 (getppid every 5 s)" if watch == "pr2205" else "no guard"
+            _record(name, worker, exits, killed_at, results, lock, SLOW_DEADLINE_SECONDS)
+    finally:
+        for worker in workers:
+            scenarios.cleanup(worker)
+
+
+def _record(
+    name: str,
+    worker: scenarios.StartedWorker,
+    exits: dict[ProcessIdentity, float | None],
+    killed_at: float,
+    results: LatencyResults,
+    lock: threading.Lock,
+    deadline: float,
+) -> None:
+    with lock:
+        for runner in worker.runners:
+            seen = exits.get(runner.identity)
+            cell = results.cell(name, runner.kind, deadline)
+            cell.samples.add(None if seen is None else (seen - killed_at) * 1000)
+
+
+def render(results: LatencyResults) -> str:
+    lines = [
+        "| strategy | runner | trials | exited | p50 ms | p99 ms | max ms |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, kinds in results.cells.items():
+        for kind, cell in kinds.items():
+            label = "idle" if kind == "idle" else "GIL held in native code"
+            samples = cell.samples
+            lines.append(
+                f"| {name} | {label} | {samples.count} | {samples.exited} | "
+                f"{samples.quantile_text(0.50, cell.deadline_s)} | "
+                f"{samples.quantile_text(0.99, cell.deadline_s)} | "
+                f"{samples.quantile_text(1.0, cell.deadline_s)} |"
+            )
+    return "\n".join(lines)
