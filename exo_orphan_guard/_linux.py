@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Final, final
@@ -118,6 +118,17 @@ def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
             continue
         if data:
             yield Pid(int(name)), data
+
+
+def group_members(groups: Collection[int]) -> list[Pid]:
+    """Processes whose process group is one of `groups`."""
+    found: list[Pid] = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = read_stat(int(name))
+            if stat is not None and stat.pgrp in groups:
+                found.append(Pid(int(name)))
+    return found
 
 
 def _read_small(path: str) -> bytes:

@@ -5,7 +5,8 @@ Same function names as `_linux`; `system` picks one module per platform.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Collection, Iterator
 from functools import cache
 
 import psutil
@@ -68,6 +69,17 @@ def stuck_state(pid: int) -> str | None:
         return "D" if psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP else None
     except psutil.Error:
         return None
+
+
+def group_members(groups: Collection[int]) -> list[Pid]:
+    found: list[Pid] = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) in groups:
+                found.append(Pid(pid))
+        except OSError:
+            continue
+    return found
 
 
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final, NoReturn, final
 
-from . import selftest, settings
+from . import report_format, selftest, settings
+from .sweep import sweep
 
 EXIT_OK: Final = 0
 EXIT_LEFT: Final = 1
@@ -34,6 +36,49 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find and kill exo runners that outlived their worker.",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    for name, description in (
+        ("scan", "list orphaned runners (kills nothing)"),
+        ("sweep", "kill orphaned runners: SIGTERM, a grace, SIGKILL"),
+    ):
+        command = commands.add_parser(name, help=description, description=description)
+        command.add_argument("--json", action="store_true", help="machine-readable report")
+        command.add_argument(
+            "--dir",
+            type=Path,
+            help=f"registry directory (default: ${settings.DIR_ENV} or ~/.exo/orphan-guard)",
+        )
+        command.add_argument(
+            "--registry-only",
+            action="store_true",
+            help="only recorded runners: skip the process-table fingerprint scan",
+        )
+        command.add_argument(
+            "--match",
+            metavar="REGEX",
+            help="also target processes whose command line matches REGEX (mlx.launch ranks) "
+            "once reparented to pid 1",
+        )
+        command.add_argument(
+            "--any-parent",
+            action="store_true",
+            help="with --match: whatever their parent (ranks under a stuck sshd)",
+        )
+        if name == "scan":
+            command.add_argument(
+                "--all", action="store_true", help="also show what was spared, and why"
+            )
+        else:
+            command.add_argument(
+                "--dry-run", action="store_true", help="show what would be killed; kill nothing"
+            )
+            command.add_argument(
+                "--grace",
+                type=_seconds,
+                metavar="SECONDS",
+                help=f"between SIGTERM and SIGKILL (default ${settings.GRACE_ENV} or "
+                f"{settings.DEFAULT_GRACE_SECONDS:g})",
+            )
 
     test = commands.add_parser("selftest", help="prove the parent watch on this machine")
     test.add_argument(
@@ -60,10 +105,39 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(arguments: argparse.Namespace) -> int:
     command: str = arguments.command
     match command:
+        case "scan" | "sweep":
+            return _sweep(arguments, command)
         case "selftest":
             return _selftest(arguments)
         case _:
             raise UsageError(f"unknown command {command!r}")
+
+
+def _sweep(arguments: argparse.Namespace, command: str) -> int:
+    dry_run = command == "scan" or bool(arguments.dry_run)
+    try:
+        report = sweep(
+            dry_run=dry_run,
+            registry_dir=arguments.dir,
+            grace=None if command == "scan" else arguments.grace,
+            fingerprint=not arguments.registry_only,
+            match=arguments.match,
+            any_parent=arguments.any_parent,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    if arguments.json:
+        print(report_format.to_json(report, command))
+    else:
+        print(report_format.to_table(report, show_spared=command == "scan" and arguments.all))
+    return report.exit_code
+
+
+def _seconds(text: str) -> float:
+    parsed = settings.parse_grace(text)
+    if parsed.warning is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in 0..60")
+    return parsed.value
 
 
 def _selftest(arguments: argparse.Namespace) -> int:

@@ -9,11 +9,13 @@ prints one JSON line describing them once they are armed, then waits to be kille
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Literal, TypedDict, cast
 
-RunnerKind = Literal["idle", "gil", "child", "late"]
+RunnerKind = Literal["idle", "gil", "child", "late", "deaf"]
+"""idle: sleeps in Python. gil: holds the GIL in native code. child: has a child of
+its own. late: guarded only after its worker died. deaf: ignores SIGTERM and holds
+the GIL, as a runner stuck in MLX init would."""
 Watch = Literal["guard", "pr2205", "none"]
 SpawnFrom = Literal["main", "thread"]
 
@@ -51,7 +56,7 @@ def runner_main(
     kind: RunnerKind, watch: Watch, go_file: str, report: multiprocessing.connection.Connection
 ) -> None:
     if kind == "late":
-        report.send(RunnerReport(pid=os.getpid(), children=[]))
+        _report(report, RunnerReport(pid=os.getpid(), children=[]))
         while not os.path.exists(go_file):
             time.sleep(0.005)
     _start_watch(watch)
@@ -60,12 +65,20 @@ def runner_main(
         children.append(subprocess.Popen(["/bin/sleep", "3600"]).pid)
     if kind != "late":
         # Connection.send writes synchronously: it is out before the GIL is taken.
-        report.send(RunnerReport(pid=os.getpid(), children=children))
-    if kind == "gil":
+        _report(report, RunnerReport(pid=os.getpid(), children=children))
+    if kind == "deaf":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if kind in ("gil", "deaf"):
         # Holds the GIL for the whole sleep, like mx.distributed.init() does.
         ctypes.PyDLL(None).sleep(3600)
     while True:
         time.sleep(3600)
+
+
+def _report(connection: multiprocessing.connection.Connection, report: RunnerReport) -> None:
+    """Like exo's runners, live on when the worker is gone: an orphan, not a crash."""
+    with contextlib.suppress(OSError):
+        connection.send(report)
 
 
 def _start_watch(watch: Watch) -> None:

@@ -136,13 +136,14 @@ def wait_for_exit(
         except WaiterUnavailableError as why:
             logger.debug(f"orphan guard: {name} waiter unavailable ({why}), trying the next")
             continue
-        if _confirmed_gone(target):
+        if confirmed_gone(target):
             return name
         logger.debug(f"orphan guard: {name} woke but process {target.pid} lives on")
     raise AssertionError("unreachable: wait_poll returns only once the target is gone")
 
 
-def _confirmed_gone(target: ProcessIdentity) -> bool:
+def confirmed_gone(target: ProcessIdentity) -> bool:
+    """Gone now, or within EXIT_SETTLE_SECONDS."""
     deadline = time.monotonic() + EXIT_SETTLE_SECONDS
     while liveness(target) != "gone":
         if time.monotonic() >= deadline:

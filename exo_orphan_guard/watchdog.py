@@ -26,7 +26,7 @@ from typing import NoReturn
 from ._common import Pid
 from .identity import ProcessIdentity
 from .tree_kill import kill_runner_tree
-from .waiters import WaiterName, wait_for_exit
+from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
 
 def start_watchdog(
@@ -64,7 +64,7 @@ def _watchdog_main(
             os._exit(0)
         threading.Thread(
             target=_exit_with_runner,
-            args=(runner, chain, record_path),
+            args=(worker, runner, group, chain, record_path),
             name="exo-orphan-guard-runner-wait",
             daemon=True,
         ).start()
@@ -79,13 +79,20 @@ def _watchdog_main(
 
 
 def _exit_with_runner(
-    runner: ProcessIdentity, chain: Sequence[WaiterName], record_path: str | None
+    worker: ProcessIdentity,
+    runner: ProcessIdentity,
+    group: int | None,
+    chain: Sequence[WaiterName],
+    record_path: str | None,
 ) -> None:
     wait_for_exit(runner, chain)
-    # The runner died while its worker lived (exo stopped or killed it): its registry
-    # record is stale. After a worker death we leave it: the sweep reports a runner
-    # that did not die.
-    if record_path is not None:
+    if confirmed_gone(worker):
+        # PR_SET_PDEATHSIG took the runner as its worker died, and woke this thread
+        # before the main one: the runner's group must still go.
+        kill_runner_tree(runner, group)
+    elif record_path is not None:
+        # The runner died while its worker lives (exo stopped or killed it): its
+        # record is stale.
         with contextlib.suppress(OSError):
             os.unlink(record_path)
     os._exit(0)

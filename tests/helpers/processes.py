@@ -1,0 +1,80 @@
+"""Real processes for sweep tests: fake exo environments, orphans, other users."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from exo_orphan_guard.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.scenarios import wait_gone
+
+NOBODY = 65534
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_fake_exo_environment(root: Path) -> str:
+    """A venv whose site-packages holds exo's dist-info (and can import this project):
+    to the sweep it is indistinguishable from exo's own environment."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    relative = Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
+    site_packages = root / relative
+    dist_info = site_packages / "exo-0.0.0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: exo\nVersion: 0.0.0\n")
+    ours = [*site.getsitepackages(), str(REPO_ROOT)]
+    lines = [f"import site; site.addsitedir({path!r})" for path in ours]
+    (site_packages / "zz-exo-orphan-guard-tests.pth").write_text("\n".join(lines) + "\n")
+    return str(python)
+
+
+def start_orphan(argv: Sequence[str], *, user: int | None = None) -> ProcessIdentity:
+    """Start `argv` detached from us (its parent exits at once, so init adopts it)."""
+    prefix: list[str] = []
+    if user is not None:
+        prefix = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"]
+    command = " ".join(_quote(word) for word in [*prefix, *argv])
+    shell = subprocess.run(
+        ["/bin/sh", "-c", f"{command} </dev/null >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(shell.stdout.strip())
+    deadline = time.monotonic() + 5.0
+    # setpriv (or the shell) execs the real command a moment later: wait for it.
+    while not _has_exec_ed(pid, argv[0]):
+        assert time.monotonic() < deadline, f"{argv} did not start"
+        time.sleep(0.01)
+    identity = identity_of(pid)
+    assert identity is not None
+    return identity
+
+
+def _has_exec_ed(pid: int, argv0: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().split(b"\0")[0].decode() == argv0
+    except OSError:
+        return False
+
+
+def kill_all(identities: Sequence[ProcessIdentity]) -> None:
+    for identity in identities:
+        if identity_of(identity.pid) == identity:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(identity.pid, signal.SIGKILL)
+    wait_gone(list(identities), 5.0)
+
+
+def _quote(word: str) -> str:
+    return shlex.quote(word)

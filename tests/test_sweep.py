@@ -1,0 +1,422 @@
+"""The sweep on real processes: planted orphans die, decoys live, every time."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from exo_orphan_guard import cli, killing, scenarios
+from exo_orphan_guard._common import Pid
+from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
+from exo_orphan_guard.registry import Registry, RunnerRecord
+from exo_orphan_guard.sweep import SweepReport, sweep
+from tests.conftest import StartWorker
+from tests.helpers.processes import NOBODY, kill_all, make_fake_exo_environment, start_orphan
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to plant processes")
+
+
+@pytest.fixture(scope="session")
+def exo_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return make_fake_exo_environment(tmp_path_factory.mktemp("exo-env") / "venv")
+
+
+@pytest.fixture
+def planted() -> Iterator[list[ProcessIdentity]]:
+    processes: list[ProcessIdentity] = []
+    yield processes
+    kill_all(processes)
+
+
+def orphaned_runners(worker: scenarios.StartedWorker) -> list[ProcessIdentity]:
+    scenarios.kill_worker(worker)
+    time.sleep(0.3)
+    members = worker.all_processes()
+    assert scenarios.alive(members) == members, "the planted orphans should outlive their worker"
+    return members
+
+
+def gone(processes: list[ProcessIdentity]) -> bool:
+    return all(seen is not None for seen in scenarios.wait_gone(processes, 2.0).values())
+
+
+def cli_sweep(*arguments: str) -> dict[str, Any]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--json", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode in (0, 1), completed.stderr
+    document: dict[str, Any] = json.loads(completed.stdout)
+    return document
+
+
+def killed_pids(report: SweepReport) -> set[int]:
+    return {result.target.pid for result in report.results if result.outcome == "killed"}
+
+
+# --- planted orphans of each kind are killed ----------------------------------------
+
+
+def test_recorded_runner_whose_watch_could_not_act_is_killed(
+    start_worker: StartWorker, isolated_environment: Path
+) -> None:
+    # A thread-only watch cannot act while the runner holds the GIL: a real orphan.
+    worker = start_worker(["gil"], strategy="sentinel")
+    runner = worker.runners[0].identity
+    orphaned_runners(worker)
+    report = sweep(grace=0.2)
+    verdict = next(verdict for verdict in report.targets if verdict.pid == runner.pid)
+    assert verdict.rule == "registry" and verdict.labels["instance_id"] == "scenario"
+    # (Other orphans on this machine may be swept too: assert on ours.)
+    assert gone([runner]) and runner.pid in killed_pids(report)
+    assert report.exit_code == 0
+    assert not any(isolated_environment.glob("runner-*.json")), "record of the dead runner kept"
+
+
+def test_unrecorded_exo_runners_and_their_children_are_killed(
+    start_worker: StartWorker, exo_python: str
+) -> None:
+    worker = scenarios.start_worker(["idle", "child"], watch="none", python=exo_python)
+    try:
+        tracker = [
+            identity
+            for child in psutil.Process(worker.pid).children()
+            if "resource_tracker" in " ".join(child.cmdline())
+            for identity in [identity_of(child.pid)]
+            if identity is not None
+        ]
+        members = orphaned_runners(worker)
+        report = sweep(grace=0.2)
+        runners = {runner.identity.pid for runner in worker.runners}
+        ours = [verdict for verdict in report.targets if verdict.pid in runners]
+        assert {verdict.pid for verdict in ours} == runners
+        assert all(verdict.rule == "fingerprint" for verdict in ours)
+        assert gone(members)
+        # multiprocessing's resource tracker is no runner: it leaves once they are gone.
+        assert len(tracker) == 1 and gone(tracker)
+        assert all(result.target.pid != tracker[0].pid for result in report.results)
+    finally:
+        scenarios.cleanup(worker)
+
+
+def test_match_any_parent_kills_matching_processes_under_a_live_parent(
+    planted: list[ProcessIdentity],
+) -> None:
+    token = uuid.uuid4().hex
+    marker = f"eog-rank-{token}"
+    # Like an mlx.launch rank under its sshd: a live parent that is not ours. The
+    # parent's own command line must not contain the marker, or --match takes it too.
+    launcher = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', "
+        f"'eog-rank-' + '{token}']); time.sleep(600)"
+    )
+    parent = start_orphan([sys.executable, "-c", launcher])
+    planted.append(parent)
+    deadline = time.monotonic() + 10
+    while not (children := psutil.Process(parent.pid).children()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    rank = identity_of(children[0].pid)
+    assert rank is not None
+    planted.append(rank)
+    assert sweep(match=marker, grace=0.2).targets == ()  # live parent: spared by default
+    report = sweep(match=re.escape(marker), any_parent=True, grace=0.2)
+    assert [verdict.rule for verdict in report.targets] == ["match-any-parent"]
+    assert gone([rank]) and liveness(parent) == "alive"
+
+
+def test_an_orphan_that_ignores_sigterm_is_killed_after_the_grace(exo_python: str) -> None:
+    worker = scenarios.start_worker(["deaf"], watch="none", python=exo_python)
+    try:
+        members = orphaned_runners(worker)
+        report = sweep(grace=0.5)
+        (result,) = [result for result in report.results if result.target == members[0]]
+        assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
+        assert report.elapsed_seconds >= 0.5 and gone(members)
+    finally:
+        scenarios.cleanup(worker)
+
+
+# --- decoys survive ---------------------------------------------------------------
+
+
+def test_decoys_all_survive_a_sweep(
+    start_worker: StartWorker,
+    exo_python: str,
+    planted: list[ProcessIdentity],
+    isolated_environment: Path,
+) -> None:
+    live_guarded = start_worker(["idle", "gil"])  # records, live worker
+    live_unguarded = scenarios.start_worker(["idle"], watch="none", python=exo_python)
+    foreign_program = scenarios.start_worker(["idle"], watch="none")  # not exo's python
+    try:
+        decoys = [
+            *live_guarded.all_processes(),
+            *live_unguarded.all_processes(),
+            *foreign_program.all_processes(),
+        ]
+        # An ordinary orphan; a stranger now holding a recorded runner's pid.
+        ordinary = start_orphan(["/bin/sleep", "600"])
+        stranger = start_orphan(["/bin/sleep", "601"])
+        planted += [ordinary, stranger]
+        registry, _ = Registry.open(isolated_environment, create=True)
+        assert registry is not None
+        dead_worker = ProcessIdentity(live_unguarded.pid, 1.0)
+        registry.write(_claim(stranger, dead_worker, started=stranger.started - 5.0))
+        # Another user's runner-looking orphan, seen by the fingerprint and by --match.
+        nobody = _start_nobody_runner(planted)
+        decoys += [ordinary, stranger, nobody]
+
+        # From a separate process, as an operator would: the live workers are then not
+        # the sweeper's own descendants, which it would spare for that reason alone.
+        reports = [cli_sweep("--grace", "0.2"), cli_sweep("--match", "multiprocessing-fork")]
+        time.sleep(0.3)
+        assert scenarios.alive(decoys) == decoys
+        assert all(report["suspects"] == [] for report in reports), reports
+        spared = {entry["pid"]: entry["reason"] for entry in reports[0]["spared"]}
+        assert "uid" in spared[nobody.pid]
+        assert spared[live_unguarded.runners[0].identity.pid].startswith("its parent")
+        # Another program's spawn children are not exo's business at all.
+        assert foreign_program.runners[0].identity.pid not in spared
+        guarded_runner = live_guarded.runners[0].identity.pid
+        assert spared[guarded_runner] == f"its worker {live_guarded.pid} is alive"
+        assert not (isolated_environment / f"runner-{stranger.pid}.json").exists()
+    finally:
+        scenarios.cleanup(live_unguarded)
+        scenarios.cleanup(foreign_program)
+
+
+def test_another_users_process_survives_even_an_explicit_match(
+    planted: list[ProcessIdentity],
+) -> None:
+    nobody = _start_nobody_runner(planted)
+    report = sweep(match="multiprocessing-fork", any_parent=True, grace=0.2)
+    assert nobody.pid not in {verdict.pid for verdict in report.targets}
+    assert liveness(nobody) == "alive"
+
+
+def _start_nobody_runner(planted: list[ProcessIdentity]) -> ProcessIdentity:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("starting a process as another user needs root and setpriv")
+    frozen = Path(f"/tmp/eog-nobody-{uuid.uuid4().hex}")
+    frozen.mkdir(mode=0o755)
+    exo = frozen / "exo"  # looks like exo's frozen app to the fingerprint
+    exo.symlink_to("/bin/sh")
+    identity = start_orphan(
+        [str(exo), "-c", "sleep 600; :", "exo", "--multiprocessing-fork"], user=NOBODY
+    )
+    planted.append(identity)
+    assert psutil.Process(identity.pid).uids().real == NOBODY
+    return identity
+
+
+def _claim(process: ProcessIdentity, worker: ProcessIdentity, *, started: float) -> RunnerRecord:
+    return RunnerRecord(
+        pid=process.pid,
+        started=started,
+        boot_id=_boot(),
+        uid=os.geteuid(),
+        worker=worker,
+        exe="/bin/sleep",
+        argv=tuple(psutil.Process(process.pid).cmdline()),
+        pgid=None,
+        recorded_at=time.time(),
+        labels={"runner_id": "planted"},
+    )
+
+
+def _boot() -> str:
+    from exo_orphan_guard import system
+
+    return system.boot_id()
+
+
+# --- registry corruption ------------------------------------------------------------
+
+
+def test_bad_registry_entries_warn_and_never_cause_a_wrong_kill(
+    planted: list[ProcessIdentity], isolated_environment: Path, tmp_path: Path
+) -> None:
+    """Every bad entry below claims a live decoy as the runner of a dead worker: if the
+    sweep trusted any of them, it would kill the decoy."""
+    registry, _ = Registry.open(isolated_environment, create=True)
+    assert registry is not None
+    dead_worker = ProcessIdentity(Pid(os.getpid()), 1.0)
+    decoys = [start_orphan(["/bin/sleep", str(600 + index)]) for index in range(4)]
+    planted.extend(decoys)
+    claims = [_claim(decoy, dead_worker, started=decoy.started) for decoy in decoys]
+    root = isolated_environment
+    (root / "runner-1.json").write_bytes(b"{corrupt")
+    (root / "runner-2.json").write_bytes(claims[0].to_json()[:50])
+    (root / "runner-3.json").write_bytes(os.urandom(100))
+    writable = root / f"runner-{decoys[1].pid}.json"
+    writable.write_bytes(claims[1].to_json())
+    writable.chmod(0o666)
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(claims[2].to_json())
+    (root / f"runner-{decoys[2].pid}.json").symlink_to(outside)
+    expected = 5
+    if os.geteuid() == 0:
+        foreign = root / f"runner-{decoys[3].pid}.json"
+        foreign.write_bytes(claims[3].to_json())
+        os.chown(foreign, NOBODY, NOBODY)
+        expected += 1
+    report = sweep(grace=0.2)
+    assert len(report.warnings) == expected, report.warnings
+    assert report.targets == ()
+    assert scenarios.alive(decoys) == decoys
+
+
+def test_an_untrusted_registry_directory_is_not_acted_on(
+    planted: list[ProcessIdentity], isolated_environment: Path
+) -> None:
+    registry, _ = Registry.open(isolated_environment, create=True)
+    assert registry is not None
+    decoy = start_orphan(["/bin/sleep", "700"])
+    planted.append(decoy)
+    registry.write(_claim(decoy, ProcessIdentity(Pid(os.getpid()), 1.0), started=decoy.started))
+    isolated_environment.chmod(0o777)
+    report = sweep(grace=0.2)
+    assert report.targets == () and "refusing" in report.warnings[0]
+    assert liveness(decoy) == "alive"
+
+
+# --- survivors and exit codes ---------------------------------------------------------
+
+
+def test_an_injected_survivor_is_reported_unkillable_with_exit_code_1(
+    exo_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
+    try:
+        (runner,) = orphaned_runners(worker)
+        real_send = killing.send_signal
+
+        def deaf_to_everything(pid: int, number: int) -> None:
+            if pid != runner.pid:
+                real_send(pid, number)
+
+        monkeypatch.setattr(killing, "send_signal", deaf_to_everything)
+        code = cli.main(["sweep", "--json", "--grace", "0.1"])
+        document = json.loads(capsys.readouterr().out)
+        assert code == 1 and document["exit_code"] == 1
+        (result,) = [result for result in document["results"] if result["pid"] == runner.pid]
+        assert result["outcome"] == "unkillable" and "reboot" in result["advice"]
+        assert liveness(runner) == "alive"
+        monkeypatch.setattr(killing, "send_signal", real_send)
+        assert cli.main(["sweep", "--grace", "0.1"]) == 0
+        assert gone([runner])
+    finally:
+        scenarios.cleanup(worker)
+
+
+def test_scan_lists_and_dry_run_kills_nothing(
+    exo_python: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
+    try:
+        (runner,) = orphaned_runners(worker)
+        assert cli.main(["scan"]) == 1
+        table = capsys.readouterr().out
+        assert str(runner.pid) in table and "fingerprint" in table and "PID" in table
+        assert cli.main(["sweep", "--dry-run", "--json"]) == 1
+        document = json.loads(capsys.readouterr().out)
+        assert document["schema"] == "exo-orphan-guard/sweep-report/1"
+        assert [suspect["pid"] for suspect in document["suspects"]] == [runner.pid]
+        assert document["results"] == [] and liveness(runner) == "alive"
+    finally:
+        scenarios.cleanup(worker)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sweep", "--any-parent"], ["scan", "--match", "("], ["sweep", "--grace", "x"], ["nope"], []],
+)
+def test_usage_errors_are_one_line_with_exit_code_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
+
+
+# --- concurrency ------------------------------------------------------------------
+
+
+def test_concurrent_sweeps_serialise_and_both_finish(
+    exo_python: str, start_worker: StartWorker
+) -> None:
+    unguarded = scenarios.start_worker(["idle", "idle", "child"], watch="none", python=exo_python)
+    guarded = start_worker(["gil", "gil"], strategy="poll")
+    try:
+        members = orphaned_runners(unguarded) + orphaned_runners(guarded)
+        reports: list[SweepReport] = []
+        threads = [
+            threading.Thread(target=lambda: reports.append(sweep(grace=0.3))) for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(reports) == 3 and all(report.exit_code == 0 for report in reports)
+        assert gone(members)
+        ours = {member.pid for member in members}
+        killed = [pid for report in reports for pid in killed_pids(report) if pid in ours]
+        assert len(killed) == len(set(killed)) == 5
+    finally:
+        scenarios.cleanup(unguarded)
+
+
+def test_a_held_lock_makes_a_sweep_wait(isolated_environment: Path) -> None:
+    registry, _ = Registry.open(isolated_environment, create=True)
+    assert registry is not None
+    with registry.locked(1.0):
+        assert sweep(lock_timeout=0.2).lock_acquired is False
+        waited: list[float] = []
+        thread = threading.Thread(target=lambda: waited.append(sweep().elapsed_seconds))
+        thread.start()
+        time.sleep(0.5)
+    thread.join()
+    assert waited[0] >= 0.45
+
+
+def test_a_sweep_racing_process_churn_never_crashes(exo_python: str) -> None:
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            subprocess.run(
+                [exo_python, "-c", "pass", "--multiprocessing-fork"],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    threads = [threading.Thread(target=churn) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        reports = [sweep(grace=0.1) for _ in range(30)]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert all(report.exit_code == 0 for report in reports)

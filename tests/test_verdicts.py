@@ -1,0 +1,277 @@
+"""`decide` on made-up snapshots: every rule, every reason to spare."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from exo_orphan_guard._common import Pid
+from exo_orphan_guard.identity import ProcessIdentity
+from exo_orphan_guard.process_table import ProcessInfo, ProcessTable
+from exo_orphan_guard.registry import LoadedRecord, RunnerRecord
+from exo_orphan_guard.verdicts import SweepOptions, Verdict, decide
+
+ME = ProcessIdentity(Pid(100), 50.0)
+UID = 501
+BOOT = "boot-a"
+EXO_PY = "/Users/me/exo/.venv/bin/python"
+RUNNER_ARGV = (
+    EXO_PY,
+    "-c",
+    "from multiprocessing.spawn import spawn_main; spawn_main(...)",
+    "--multiprocessing-fork",
+)
+FROZEN_ARGV = (
+    "/Applications/EXO.app/Contents/Resources/exo/exo",
+    "--multiprocessing-fork",
+    "tracker_fd=5",
+    "pipe_handle=7",
+)
+
+
+def proc(
+    pid: int,
+    ppid: int = 1,
+    *,
+    argv: tuple[str, ...] = RUNNER_ARGV,
+    exo: bool = True,
+    uid: int = UID,
+    started: float | None = None,
+    status: str = "sleeping",
+) -> ProcessInfo:
+    return ProcessInfo(
+        pid=Pid(pid),
+        ppid=ppid,
+        started=float(pid) if started is None else started,
+        uid=uid,
+        argv=argv,
+        exe=argv[0] if argv else None,
+        status=status,
+        rss=2**30,
+        create_time=1000.0 + pid,
+        runs_exo=exo,
+    )
+
+
+def table(*processes: ProcessInfo, protected: tuple[int, ...] = ()) -> ProcessTable:
+    return ProcessTable(
+        processes={process.pid: process for process in processes},
+        me=ME,
+        uid=UID,
+        protected=frozenset((ME.pid, *protected)),
+        boot_id=BOOT,
+        taken_at=5000.0,
+    )
+
+
+def record(
+    pid: int,
+    worker: ProcessIdentity,
+    *,
+    started: float | None = None,
+    argv: tuple[str, ...] = RUNNER_ARGV,
+    uid: int = UID,
+    boot: str = BOOT,
+) -> LoadedRecord:
+    runner = RunnerRecord(
+        pid=Pid(pid),
+        started=float(pid) if started is None else started,
+        boot_id=boot,
+        uid=uid,
+        worker=worker,
+        exe=argv[0],
+        argv=argv,
+        pgid=pid,
+        recorded_at=1.0,
+        labels={"runner_id": f"r{pid}"},
+    )
+    return LoadedRecord(Path(f"/registry/runner-{pid}.json"), runner)
+
+
+DEAD_WORKER = ProcessIdentity(Pid(200), 200.0)
+DEFAULT = SweepOptions()
+
+
+def by_pid(verdicts: tuple[Verdict, ...]) -> dict[int, Verdict]:
+    return {verdict.pid: verdict for verdict in verdicts if verdict.action != "forget"}
+
+
+def test_recorded_runner_of_a_dead_worker_is_killed_with_its_labels() -> None:
+    verdicts = by_pid(decide(table(proc(300)), [record(300, DEAD_WORKER)], DEFAULT))
+    assert verdicts[300].action == "kill" and verdicts[300].rule == "registry"
+    assert verdicts[300].labels == {"runner_id": "r300"}
+
+
+def test_a_worker_pid_reused_by_another_process_counts_as_dead() -> None:
+    impostor = proc(200, started=999.0, argv=("/bin/zsh",), exo=False)
+    verdicts = by_pid(decide(table(proc(300), impostor), [record(300, DEAD_WORKER)], DEFAULT))
+    assert verdicts[300].action == "kill"
+
+
+def test_recorded_runner_of_a_live_worker_is_spared() -> None:
+    worker = proc(200, argv=("/x/python", "-m", "exo"), exo=True)
+    verdicts = by_pid(
+        decide(table(proc(300, ppid=200), worker), [record(300, DEAD_WORKER)], DEFAULT)
+    )
+    assert verdicts[300].action == "spare" and "alive" in verdicts[300].reason
+
+
+def test_a_zombie_worker_is_dead() -> None:
+    worker = proc(200, status="zombie")
+    verdicts = by_pid(decide(table(proc(300), worker), [record(300, DEAD_WORKER)], DEFAULT))
+    assert verdicts[300].action == "kill"
+
+
+def test_runners_of_the_calling_worker_are_spared() -> None:
+    verdicts = by_pid(decide(table(proc(300)), [record(300, ME)], DEFAULT))
+    assert verdicts[300].action == "spare" and verdicts[300].reason == "runner of this worker"
+
+
+def test_pid_reuse_forgets_the_record_and_never_kills() -> None:
+    stranger = proc(300, started=12345.0, argv=("/usr/bin/vim",), exo=False)
+    verdicts = decide(table(stranger), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [(verdict.action, verdict.pid) for verdict in verdicts] == [("forget", 300)]
+    assert "reuse" in verdicts[0].reason
+
+
+def test_exited_runner_and_earlier_boot_records_are_forgotten() -> None:
+    verdicts = decide(
+        table(proc(301, status="zombie")),
+        [record(300, DEAD_WORKER), record(301, DEAD_WORKER), record(302, DEAD_WORKER, boot="old")],
+        DEFAULT,
+    )
+    assert sorted((verdict.pid, verdict.action) for verdict in verdicts) == [
+        (300, "forget"),
+        (301, "forget"),
+        (302, "forget"),
+    ]
+
+
+def test_command_line_changed_since_recording_is_spared() -> None:
+    exec_ed = proc(300, argv=("/usr/bin/ssh", "host"), exo=False)
+    verdicts = by_pid(decide(table(exec_ed), [record(300, DEAD_WORKER)], DEFAULT))
+    assert verdicts[300].action == "spare" and "not recognisably" in verdicts[300].reason
+
+
+def test_other_users_processes_are_never_targets() -> None:
+    foreign = proc(300, uid=0)
+    verdicts = by_pid(decide(table(foreign), [record(300, DEAD_WORKER)], DEFAULT))
+    assert verdicts[300].action == "spare" and "uid 0" in verdicts[300].reason
+    foreign_unrecorded = by_pid(decide(table(proc(301, uid=0)), [], DEFAULT))
+    assert foreign_unrecorded[301].action == "spare"
+    matched = by_pid(
+        decide(
+            table(proc(302, uid=0)), [], SweepOptions(match=re.compile("spawn"), any_parent=True)
+        )
+    )
+    assert matched[302].action == "spare"
+
+
+def test_self_ancestors_and_descendants_are_never_targets() -> None:
+    snapshot = table(proc(300), proc(301), protected=(300, 301))
+    options = SweepOptions(match=re.compile("."), any_parent=True)
+    verdicts = by_pid(decide(snapshot, [record(300, DEAD_WORKER)], options))
+    assert {pid: verdict.action for pid, verdict in verdicts.items()} == {
+        300: "spare",
+        301: "spare",
+    }
+
+
+def test_unrecorded_exo_spawn_child_under_init_is_killed() -> None:
+    verdicts = by_pid(
+        decide(
+            table(proc(300, ppid=1), proc(1, ppid=0, argv=("/sbin/launchd",), exo=False)),
+            [],
+            DEFAULT,
+        )
+    )
+    assert verdicts[300].action == "kill" and verdicts[300].rule == "fingerprint"
+
+
+def test_frozen_app_runner_under_a_subreaper_is_killed() -> None:
+    subreaper = proc(50, ppid=1, argv=("/usr/lib/systemd/systemd", "--user"), exo=False)
+    orphan = proc(300, ppid=50, argv=FROZEN_ARGV)
+    verdicts = by_pid(decide(table(orphan, subreaper), [], DEFAULT))
+    assert verdicts[300].action == "kill" and "not exo" in verdicts[300].reason
+
+
+def test_unrecorded_spawn_child_of_a_live_exo_process_is_spared() -> None:
+    exo_main = proc(200, argv=(EXO_PY, "/Users/me/exo/.venv/bin/exo"))
+    verdicts = by_pid(decide(table(proc(300, ppid=200), exo_main), [], DEFAULT))
+    assert verdicts[300].action == "spare"
+
+
+def test_spawn_children_of_other_programs_are_not_ours() -> None:
+    jupyter_child = proc(
+        300, ppid=1, argv=("/usr/bin/python3", "-c", "...", "--multiprocessing-fork"), exo=False
+    )
+    plain = proc(301, ppid=1, argv=("/bin/sleep", "100"), exo=False)
+    assert decide(table(jupyter_child, plain), [], DEFAULT) == ()
+
+
+def test_resource_tracker_is_not_a_runner() -> None:
+    tracker = proc(
+        300,
+        ppid=1,
+        argv=(EXO_PY, "-c", "from multiprocessing.resource_tracker import main;main(6)"),
+    )
+    assert decide(table(tracker), [], DEFAULT) == ()
+
+
+def test_fingerprint_off_ignores_unrecorded_runners() -> None:
+    assert decide(table(proc(300, ppid=1)), [], SweepOptions(fingerprint=False)) == ()
+
+
+def test_match_kills_reparented_and_spares_live_parented_without_any_parent() -> None:
+    sshd = proc(40, ppid=1, argv=("sshd: me@notty",), exo=False)
+    rank_orphan = proc(300, ppid=1, argv=("/opt/py/bin/python", "rank.py"), exo=False)
+    rank_stuck = proc(301, ppid=40, argv=("/opt/py/bin/python", "rank.py"), exo=False)
+    options = SweepOptions(match=re.compile(r"rank\.py"))
+    verdicts = by_pid(decide(table(sshd, rank_orphan, rank_stuck), [], options))
+    assert verdicts[300].action == "kill" and verdicts[300].rule == "match"
+    assert verdicts[301].action == "spare" and "--any-parent" in verdicts[301].reason
+    assert 40 not in verdicts
+
+
+def test_match_with_any_parent_kills_under_a_live_sshd() -> None:
+    sshd = proc(40, ppid=1, argv=("sshd: me@notty",), exo=False)
+    rank = proc(301, ppid=40, argv=("/opt/py/bin/python", "rank.py"), exo=False)
+    options = SweepOptions(match=re.compile(r"rank\.py"), any_parent=True)
+    verdicts = by_pid(decide(table(sshd, rank), [], options))
+    assert verdicts[301].action == "kill" and verdicts[301].rule == "match-any-parent"
+
+
+def test_a_recorded_verdict_is_not_judged_twice_by_the_fingerprint() -> None:
+    worker = proc(200, argv=("/x/python", "-m", "exo"), exo=True)
+    verdicts = decide(
+        table(proc(300, ppid=1), worker), [record(300, ProcessIdentity(Pid(200), 200.0))], DEFAULT
+    )
+    assert [(verdict.pid, verdict.action) for verdict in verdicts] == [(300, "spare")]
+
+
+def member(pid: int, pgid: int, *, started: float | None = None) -> ProcessInfo:
+    process = proc(pid, argv=("/bin/sleep", "3600"), exo=False, started=started)
+    return dataclasses.replace(process, pgid=pgid)
+
+
+def test_leftovers_in_a_dead_runners_group_are_killed_once_its_worker_is_dead() -> None:
+    verdicts = by_pid(decide(table(member(301, pgid=300)), [record(300, DEAD_WORKER)], DEFAULT))
+    assert verdicts[301].action == "kill" and verdicts[301].rule == "registry-group"
+    assert verdicts[301].labels == {"runner_id": "r300"}
+
+
+def test_group_leftovers_of_a_live_worker_are_left_to_it() -> None:
+    worker = proc(200, argv=("/x/python", "-m", "exo"))
+    verdicts = by_pid(
+        decide(table(member(301, pgid=300), worker), [record(300, DEAD_WORKER)], DEFAULT)
+    )
+    assert 301 not in verdicts
+
+
+def test_a_reused_group_id_is_not_the_dead_runners_group() -> None:
+    new_leader = proc(300, argv=("/usr/bin/make",), exo=False, started=9999.0)
+    verdicts = by_pid(
+        decide(table(new_leader, member(301, pgid=300)), [record(300, DEAD_WORKER)], DEFAULT)
+    )
+    assert 301 not in verdicts
