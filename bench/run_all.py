@@ -19,13 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from . import idle_cost, watch_latency
+from . import idle_cost, sweep_cost, watch_latency
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENT = ROOT / "docs" / "benchmarks.md"
 
-SECTION_ORDER = ["watch", "idle"]
+SECTION_ORDER = ["watch", "idle", "sweep"]
 
 INTRO = """# Benchmarks
 
@@ -92,9 +92,30 @@ def idle_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def sweep_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    repetitions: int = arguments.sweep_repetitions
+    results = sweep_cost.run(repetitions, scratch)
+    return "\n".join(
+        [
+            _header(
+                "Startup sweep: cost against the number of processes",
+                f"python -m bench.run_all --only sweep --sweep-repetitions {repetitions}",
+            ),
+            f"{repetitions} repetitions per method and load, methods interleaved in random "
+            "order. The registry holds the records of a live guarded worker's 4 runners. "
+            "Unrelated processes are `sleep`s. In-process sweeps are what exo's worker runs "
+            "(in a thread); the CLI row includes starting Python, like the `ps | awk` row "
+            "includes starting a shell, ps and awk. Nothing is killed: every runner is live.\n",
+            sweep_cost.render(results),
+            "",
+        ]
+    )
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "idle": idle_section,
+    "sweep": sweep_section,
 }
 
 
@@ -103,6 +124,7 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(SECTION_ORDER))
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--sweep-repetitions", type=int, default=40)
     arguments = parser.parse_args()
     chosen = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]

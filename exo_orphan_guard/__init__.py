@@ -1,9 +1,22 @@
 """exo-orphan-guard: exo runners die with their worker; leftover runners get swept.
 
-Everything is off unless the environment has EXO_ORPHAN_GUARD=1.
+Everything that runs inside exo is off unless the environment has EXO_ORPHAN_GUARD=1.
 """
 
+from .killing import KillResult
 from .runner_watch import guard_runner
-from .worker import prepare_worker
+from .sweeping import SweepReport, sweep, sweep_async
+from .verdicts import Verdict
+from .worker import prepare_worker, sweep_at_worker_start, worker_sweep
 
-__all__ = ["guard_runner", "prepare_worker"]
+__all__ = [
+    "KillResult",
+    "SweepReport",
+    "Verdict",
+    "guard_runner",
+    "prepare_worker",
+    "sweep",
+    "sweep_async",
+    "sweep_at_worker_start",
+    "worker_sweep",
+]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final, NoReturn, final
 
 from . import report_format, selftest, settings
-from .sweep import sweep
+from .sweeping import sweep
 
 EXIT_OK: Final = 0
 EXIT_LEFT: Final = 1

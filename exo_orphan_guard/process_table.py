@@ -8,6 +8,7 @@ about those, their parents, recorded runners and their workers.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -25,6 +26,7 @@ from .identity import ProcessIdentity, current_identity
 SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
 _SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
 T = TypeVar("T")
+_MAX_DEPTH: Final = 256
 
 
 @final
@@ -85,27 +87,44 @@ def gather(
         wanted.update(_scan_command_lines(fingerprint, match))
     if groups:
         wanted.update(system.group_members(groups))
-    exo = ExoExecutables()
     processes: dict[Pid, ProcessInfo] = {}
     for pid in sorted(wanted):
-        info = _describe(pid, exo)
+        info = _describe(pid)
         if info is not None:
             processes[info.pid] = info
     # Parents decide whether a spawn child is an orphan: describe them too.
     for info in list(processes.values()):
         if info.ppid > 0 and info.ppid not in processes:
-            parent = _describe(info.ppid, exo)
+            parent = _describe(info.ppid)
             if parent is not None:
                 processes[parent.pid] = parent
+    _mark_exo(processes)
     me = current_identity()
     return ProcessTable(
         processes=processes,
         me=me,
         uid=os.geteuid(),
-        protected=frozenset(_protected(me.pid)),
+        protected=frozenset(_protected(me.pid, processes)),
         boot_id=system.boot_id(),
         taken_at=time.time(),
     )
+
+
+def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
+    """Look on disk only where the fingerprint rule needs it: spawn children and
+    their parents."""
+    exo = ExoExecutables()
+    for info in list(processes.values()):
+        if not info.is_spawn_child:
+            continue
+        for pid in (info.pid, Pid(info.ppid)):
+            process = processes.get(pid)
+            if (
+                process is not None
+                and not process.runs_exo
+                and exo.recognises(process.argv, process.exe)
+            ):
+                processes[pid] = dataclasses.replace(process, runs_exo=True)
 
 
 def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> list[int]:
@@ -121,7 +140,7 @@ def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> lis
     return found
 
 
-def _describe(pid: int, exo: ExoExecutables) -> ProcessInfo | None:
+def _describe(pid: int) -> ProcessInfo | None:
     try:
         start = system.read_start(pid)
     except PermissionError:
@@ -151,7 +170,7 @@ def _describe(pid: int, exo: ExoExecutables) -> ProcessInfo | None:
         status=psutil.STATUS_ZOMBIE if start.exited else status,
         rss=rss,
         create_time=create_time,
-        runs_exo=exo.recognises(argv, exe),
+        runs_exo=False,
         pgid=pgid,
     )
 
@@ -170,11 +189,22 @@ def _or_none(read: Callable[[], T]) -> T | None:
         return None
 
 
-def _protected(me: int) -> set[int]:
-    protected = {me, *system.descendants(me)}
-    pid: int | None = me
-    while pid is not None and pid > 1:
-        pid = system.parent_pid(pid)
-        if pid is not None and pid > 0:
+def _protected(me: int, processes: Mapping[Pid, ProcessInfo]) -> set[int]:
+    """`me`, its ancestors, and those of `processes` that descend from it: found by
+    walking up from each (a few steps), never by walking down the whole tree."""
+    ancestors = _ancestry(me)
+    protected = {me, *ancestors}
+    for pid in processes:
+        if me in _ancestry(pid):
             protected.add(pid)
     return protected
+
+
+def _ancestry(pid: int) -> list[int]:
+    chain: list[int] = []
+    current: int | None = pid
+    while current is not None and current > 1 and len(chain) < _MAX_DEPTH:
+        current = system.parent_pid(current)
+        if current is not None and current > 0:
+            chain.append(current)
+    return chain

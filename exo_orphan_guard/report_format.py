@@ -9,7 +9,7 @@ from typing import Final
 
 from .killing import KillResult
 from .process_table import ProcessInfo
-from .sweep import SweepReport
+from .sweeping import SweepReport
 from .verdicts import Verdict
 
 REPORT_SCHEMA: Final = "exo-orphan-guard/sweep-report/1"

@@ -1,4 +1,8 @@
-"""Worker-side hooks: what exo's main process calls."""
+"""Worker-side hooks: what exo's main process calls.
+
+All are no-ops unless EXO_ORPHAN_GUARD is on, and none raises into exo: a failure is
+logged as a warning and exo carries on as it would without the guard.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,9 @@ from loguru import logger
 from ._logging import warn_once
 from .identity import current_identity
 from .settings import WORKER_ENV, guard_enabled
+from .sweeping import SweepReport, sweep_async
+
+_started_in_this_process = False
 
 
 def prepare_worker() -> None:
@@ -17,14 +24,69 @@ def prepare_worker() -> None:
     Call once in the worker before it spawns runners (more calls are harmless). The
     identity (pid and start stamp) goes into the environment, which every runner
     inherits at spawn, so a runner that starts after its worker died still knows
-    whom it belonged to. A no-op unless EXO_ORPHAN_GUARD is on; never raises.
+    whom it belonged to.
     """
-    toggle = guard_enabled()
-    if toggle.warning is not None:
-        warn_once(toggle.warning)
-    if not toggle.value:
+    if not _enabled():
         return
     try:
         os.environ[WORKER_ENV] = current_identity().encode()
     except Exception as error:  # the guard must never break exo's start-up
         logger.opt(exception=error).warning("orphan guard: could not record the worker")
+
+
+async def worker_sweep(reason: str) -> SweepReport | None:
+    """Sweep from exo's event loop (in a thread) and log what happened.
+
+    `reason` names the moment ("worker start", "connect to group ...") in the logs.
+    Returns the report, or None when the guard is off or the sweep failed.
+    """
+    if not _enabled():
+        return None
+    try:
+        report = await sweep_async()
+    except Exception as error:  # never let a sweep take the worker down
+        logger.opt(exception=error).warning(f"orphan guard: sweep before {reason} failed")
+        return None
+    log_report(report, reason)
+    return report
+
+
+async def sweep_at_worker_start() -> SweepReport | None:
+    """The start-up sweep, once per process: exo re-creates its Worker at every master
+    election, and each new Worker calls this again."""
+    global _started_in_this_process
+    if _started_in_this_process:
+        return None
+    _started_in_this_process = True
+    return await worker_sweep("worker start")
+
+
+def log_report(report: SweepReport, reason: str) -> None:
+    for warning in report.warnings:
+        warn_once(f"orphan guard: {warning}")
+    for result in report.results:
+        verdict = next(v for v in report.targets if v.pid == result.target.pid)
+        labels = " ".join(f"{key}={value}" for key, value in sorted(verdict.labels.items()))
+        if result.outcome == "unkillable":
+            logger.error(
+                f"orphan guard: process {result.target.pid} {labels} is unkillable "
+                f"(state {result.stuck_state or '?'}): {result.advice}"
+            )
+        else:
+            logger.warning(
+                f"orphan guard: killed orphan {result.target.pid} {labels} "
+                f"({verdict.reason}; rule {verdict.rule})"
+            )
+    elapsed_ms = report.elapsed_seconds * 1000
+    message = f"orphan guard: sweep before {reason}: {report.summary()} in {elapsed_ms:.0f} ms"
+    if report.targets or not report.lock_acquired:
+        logger.warning(message)
+    else:
+        logger.info(message)
+
+
+def _enabled() -> bool:
+    toggle = guard_enabled()
+    if toggle.warning is not None:
+        warn_once(toggle.warning)
+    return toggle.value

@@ -22,7 +22,7 @@ from exo_orphan_guard import cli, killing, scenarios
 from exo_orphan_guard._common import Pid
 from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.registry import Registry, RunnerRecord
-from exo_orphan_guard.sweep import SweepReport, sweep
+from exo_orphan_guard.sweeping import SweepReport, sweep
 from tests.conftest import StartWorker
 from tests.helpers.processes import NOBODY, kill_all, make_fake_exo_environment, start_orphan
 

@@ -19,6 +19,7 @@ from typing import Final, ParamSpec, TypeVar, final
 import anyio.to_thread
 
 from . import killing, process_table, settings
+from .identity import liveness
 from .killing import KillResult
 from .process_table import ProcessTable
 from .registry import LoadedRecord, Registry
@@ -166,7 +167,13 @@ def _judge(
     interesting = {
         pid for loaded in records for pid in (loaded.record.pid, loaded.record.worker.pid)
     }
-    groups = {loaded.record.pgid for loaded in records if loaded.record.pgid is not None}
+    # Only the group of a runner that is gone can hold leftovers; scanning for group
+    # members reads every process, so it is done only then.
+    groups = {
+        loaded.record.pgid
+        for loaded in records
+        if loaded.record.pgid is not None and liveness(loaded.record.identity) == "gone"
+    }
     table = process_table.gather(
         interesting, fingerprint=options.fingerprint, match=options.match, groups=groups
     )

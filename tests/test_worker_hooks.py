@@ -1,0 +1,72 @@
+"""The hooks exo's worker calls: gated by the toggle, never raising, logging."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from loguru import logger
+
+from exo_orphan_guard import settings, worker
+from exo_orphan_guard.identity import ProcessIdentity, current_identity
+from exo_orphan_guard.sweeping import SweepReport
+
+
+@pytest.fixture
+def log_lines() -> Iterator[list[str]]:
+    lines: list[str] = []
+    handler = logger.add(lambda message: lines.append(str(message)), level="DEBUG")
+    yield lines
+    logger.remove(handler)
+
+
+async def test_everything_is_a_no_op_with_the_toggle_off(log_lines: list[str]) -> None:
+    worker.prepare_worker()
+    assert settings.WORKER_ENV not in os.environ
+    assert await worker.worker_sweep("connect to group") is None
+    assert log_lines == []
+
+
+async def test_prepare_worker_records_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+    worker.prepare_worker()
+    assert ProcessIdentity.decode(os.environ[settings.WORKER_ENV]) == current_identity()
+    monkeypatch.delenv(settings.WORKER_ENV)
+
+
+async def test_worker_sweep_runs_and_logs(
+    monkeypatch: pytest.MonkeyPatch, log_lines: list[str]
+) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "true")
+    report = await worker.worker_sweep("connect to group")
+    assert isinstance(report, SweepReport)
+    assert any("sweep before connect to group" in line for line in log_lines)
+
+
+async def test_a_failing_sweep_is_logged_not_raised(
+    monkeypatch: pytest.MonkeyPatch, log_lines: list[str]
+) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+
+    async def broken() -> SweepReport:
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr(worker, "sweep_async", broken)
+    assert await worker.worker_sweep("worker start") is None
+    assert any("failed" in line and "disk on fire" in line for line in log_lines)
+
+
+async def test_bad_toggle_warns_once(monkeypatch: pytest.MonkeyPatch, log_lines: list[str]) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "sometimes")
+    for _ in range(3):
+        worker.prepare_worker()
+        assert await worker.worker_sweep("worker start") is None
+    assert sum("'sometimes'" in line for line in log_lines) == 1
+
+
+async def test_start_up_sweep_runs_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+    monkeypatch.setattr(worker, "_started_in_this_process", False)
+    assert await worker.sweep_at_worker_start() is not None
+    assert await worker.sweep_at_worker_start() is None
