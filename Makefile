@@ -49,5 +49,10 @@ demo: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench.run_all
 
+# Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.
+# Builds Python 3.13 venvs with exo's dependencies under .cache/exo-venv (kept).
+test-exo: $(BIN)/.installed
+	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(BIN)/pytest tests/test_exo_integration.py -v -rs
+
 clean:
 	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NoReturn, final
 
-from . import report_format, selftest, settings
+from . import patching, report_format, selftest, settings
 from .sweeping import sweep
 
 EXIT_OK: Final = 0
@@ -80,6 +80,15 @@ def build_parser() -> argparse.ArgumentParser:
                 f"{settings.DEFAULT_GRACE_SECONDS:g})",
             )
 
+    patch = commands.add_parser(
+        "patch",
+        help="put the guard's hooks into an exo source tree",
+        description="Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or "
+        "nothing to do; 2 not an exo tree, no series fits, or conflicting edits.",
+    )
+    patch.add_argument("action", choices=("check", "apply", "revert"))
+    patch.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
+
     test = commands.add_parser("selftest", help="prove the parent watch on this machine")
     test.add_argument(
         "--strategy",
@@ -107,6 +116,8 @@ def _dispatch(arguments: argparse.Namespace) -> int:
     match command:
         case "scan" | "sweep":
             return _sweep(arguments, command)
+        case "patch":
+            return _patch(arguments)
         case "selftest":
             return _selftest(arguments)
         case _:
@@ -131,6 +142,28 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
     else:
         print(report_format.to_table(report, show_spared=command == "scan" and arguments.all))
     return report.exit_code
+
+
+def _patch(arguments: argparse.Namespace) -> int:
+    action: str = arguments.action
+    tree: Path = arguments.exo.expanduser().resolve()
+    try:
+        match action:
+            case "check":
+                status = patching.check(tree)
+                print(f"series {status.series.name} fits {tree}: {status.state}")
+                return EXIT_OK if status.state == "applied" else EXIT_LEFT
+            case "apply":
+                status, changed = patching.apply(tree)
+                done = "applied" if changed else "already applied: nothing changed"
+            case _:
+                status, changed = patching.revert(tree)
+                done = "reverted" if changed else "not applied: nothing to revert"
+    except patching.PatchError as error:
+        raise UsageError(str(error)) from error
+    files = len(status.series.files)
+    print(f"series {status.series.name} ({files} files) {done} in {tree}")
+    return EXIT_OK
 
 
 def _seconds(text: str) -> float:

@@ -66,15 +66,15 @@ def log_report(report: SweepReport, reason: str) -> None:
         warn_once(f"orphan guard: {warning}")
     for result in report.results:
         verdict = next(v for v in report.targets if v.pid == result.target.pid)
-        labels = " ".join(f"{key}={value}" for key, value in sorted(verdict.labels.items()))
+        labels = "".join(f" {key}={value}" for key, value in sorted(verdict.labels.items()))
         if result.outcome == "unkillable":
             logger.error(
-                f"orphan guard: process {result.target.pid} {labels} is unkillable "
+                f"orphan guard: process {result.target.pid}{labels} is unkillable "
                 f"(state {result.stuck_state or '?'}): {result.advice}"
             )
         else:
             logger.warning(
-                f"orphan guard: killed orphan {result.target.pid} {labels} "
+                f"orphan guard: killed orphan {result.target.pid}{labels} "
                 f"({verdict.reason}; rule {verdict.rule})"
             )
     elapsed_ms = report.elapsed_seconds * 1000

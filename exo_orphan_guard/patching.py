@@ -1,0 +1,206 @@
+"""`exo-orphan-guard patch check|apply|revert --exo PATH`: put the hooks into exo.
+
+A series is the ordered patches in `patches/<name>/`. Which series fits a tree is
+decided by its supervisor file (renamed in exo #2000) and then by whether the series
+applies cleanly forwards (not applied) or backwards (applied). All files are patched
+in memory first; only if every hunk applies is anything written, and a failed write
+puts back what was already written. Reverting applies the series backwards, which
+restores the original bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, final
+
+from .patch_format import (
+    FileDiff,
+    HunkMismatchError,
+    PatchFormatError,
+    apply_hunks,
+    parse_unified_diff,
+)
+
+PATCHES_DIR: Final = Path(__file__).resolve().parent / "patches"
+EXO_MARKER: Final = "src/exo/worker/runner/bootstrap.py"
+SERIES_MARKERS: Final[Mapping[str, str]] = {
+    "v1.0.71": "src/exo/worker/runner/runner_supervisor.py",
+    "main": "src/exo/worker/runner/supervisor.py",
+}
+"""Each series and the file only its exo version has (exo v1.0.71 at fd707de30b42,
+exo main at b5375f8cee43)."""
+
+TreeState = Literal["applied", "not applied"]
+
+
+class PatchError(Exception):
+    """One line for the operator: what is wrong and where."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Series:
+    name: str
+    diffs: tuple[tuple[str, FileDiff], ...]
+    """(patch file name, file diff), in application order."""
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(diff.path for _, diff in self.diffs))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TreeStatus:
+    series: Series
+    state: TreeState
+
+
+def load_series(root: Path = PATCHES_DIR) -> list[Series]:
+    series: list[Series] = []
+    for name in SERIES_MARKERS:
+        directory = root / name
+        diffs: list[tuple[str, FileDiff]] = []
+        for patch in sorted(directory.glob("*.patch")):
+            try:
+                diffs.extend((patch.name, diff) for diff in parse_unified_diff(patch.read_bytes()))
+            except PatchFormatError as error:
+                raise PatchError(f"{patch}: not a usable patch ({error})") from error
+        if not diffs:
+            raise PatchError(f"no patches in {directory}: the installation is incomplete")
+        series.append(Series(name, tuple(diffs)))
+    return series
+
+
+def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
+    """Which series fits `tree` and whether it is applied; PatchError otherwise."""
+    series = _series_for(tree, all_series if all_series is not None else load_series())
+    originals = _read(tree, series.files)
+    forward = _try(series.diffs, originals, reverse=False)
+    if isinstance(forward, dict):
+        return TreeStatus(series, "not applied")
+    backward = _try(series.diffs, originals, reverse=True)
+    if isinstance(backward, dict):
+        return TreeStatus(series, "applied")
+    # Name the failure of the direction that got further: that is where the edit is.
+    failure = max(forward, backward, key=lambda failed: failed.progress)
+    raise PatchError(
+        f"conflicting local edits: series {series.name} neither applies to nor reverts "
+        f"from {tree}: {failure.reason}"
+    )
+
+
+def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
+    """Apply the fitting series; (status, changed). Already applied: nothing changes."""
+    return _change(tree, all_series, reverse=False)
+
+
+def revert(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
+    """Revert the fitting series to the original bytes; not applied: nothing changes."""
+    return _change(tree, all_series, reverse=True)
+
+
+def _change(
+    tree: Path, all_series: Sequence[Series] | None, *, reverse: bool
+) -> tuple[TreeStatus, bool]:
+    status = check(tree, all_series)
+    if status.state == ("not applied" if reverse else "applied"):
+        return status, False
+    originals = _read(tree, status.series.files)
+    changed = _try(status.series.diffs, originals, reverse=reverse)
+    if not isinstance(changed, dict):  # pragma: no cover - check() just proved it applies
+        raise PatchError(changed.reason)
+    _write_all(tree, originals, changed)
+    return TreeStatus(status.series, "not applied" if reverse else "applied"), True
+
+
+def _series_for(tree: Path, all_series: Sequence[Series]) -> Series:
+    if not (tree / EXO_MARKER).is_file():
+        raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
+    fitting = [series for series in all_series if (tree / SERIES_MARKERS[series.name]).is_file()]
+    if len(fitting) != 1:
+        known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
+        raise PatchError(
+            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}"
+        )
+    return fitting[0]
+
+
+def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
+    contents: dict[str, bytes | None] = {}
+    for path in paths:
+        try:
+            contents[path] = (tree / path).read_bytes()
+        except FileNotFoundError:
+            contents[path] = None
+        except OSError as error:
+            raise PatchError(f"cannot read {tree / path}: {error.strerror}") from error
+    return contents
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    reason: str
+    progress: int
+    """File diffs applied before this one failed."""
+
+
+def _try(
+    diffs: Sequence[tuple[str, FileDiff]], originals: Mapping[str, bytes | None], *, reverse: bool
+) -> dict[str, bytes | None] | _Failure:
+    """The new contents of every file, or why the first failing hunk fails."""
+    contents = dict(originals)
+    ordered = list(reversed(diffs)) if reverse else list(diffs)
+    for progress, (patch_name, diff) in enumerate(ordered):
+        step = diff.reversed() if reverse else diff
+        current = contents[step.path]
+        if step.old_path is None and current is not None:
+            return _Failure(f"{step.path} already exists ({patch_name} creates it)", progress)
+        if step.old_path is not None and current is None:
+            return _Failure(f"{step.path} is missing ({patch_name} changes it)", progress)
+        try:
+            updated = apply_hunks(current or b"", step.hunks)
+        except HunkMismatchError as error:
+            return _Failure(f"{step.path}, {error} of {patch_name} does not match", progress)
+        if step.new_path is None:
+            if updated:
+                return _Failure(f"{step.path} differs from what {patch_name} created", progress)
+            contents[step.path] = None
+        else:
+            contents[step.path] = updated
+    return contents
+
+
+def _write_all(
+    tree: Path, originals: Mapping[str, bytes | None], contents: Mapping[str, bytes | None]
+) -> None:
+    done: list[str] = []
+    try:
+        for path, content in contents.items():
+            if content == originals[path]:
+                continue
+            _write_one(tree / path, content)
+            done.append(path)
+    except OSError as error:
+        for path in reversed(done):
+            with contextlib.suppress(OSError):
+                _write_one(tree / path, originals[path])
+        raise PatchError(
+            f"cannot write {error.filename}: {error.strerror}; nothing changed"
+        ) from error
+
+
+def _write_one(target: Path, content: bytes | None) -> None:
+    if content is None:
+        target.unlink(missing_ok=True)
+        return
+    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
+    temporary = target.with_name(f".{target.name}.orphan-guard-tmp")
+    temporary.write_bytes(content)
+    os.chmod(temporary, mode)
+    os.replace(temporary, target)

@@ -1,0 +1,327 @@
+"""Does exo's REAL ``Worker.plan_step`` sweep orphans before it forwards ConnectToGroup?
+
+Run it with the python of an environment made by ``scripts/exo-venv <tree> <cache>``
+for a tree patched with ``exo-orphan-guard patch apply --exo <tree>``, in which
+``import exo_orphan_guard`` works (a ``.pth`` in the venv's site-packages, say)::
+
+    <venv>/bin/python tests/exo_support/connect_to_group_check.py --version main
+    <venv>/bin/python tests/exo_support/connect_to_group_check.py --version v1.0.71
+
+What it does:
+
+1. Builds a real ``exo.worker.main.Worker`` on in-process ``channel``s and gives it a
+   ``State`` for which exo's real ``plan()`` returns ``ConnectToGroup``: a two-node
+   MLX ring instance (exo's own fixture ``get_bound_mlx_ring_instance``), this node
+   rank 0 of 2, both runners ``RunnerIdle``, the model ``DownloadCompleted`` here
+   (else plan() asks for a download first).
+2. Puts a fake supervisor in ``worker.runners``: plan() reads ``bound_instance``,
+   ``status``, ``completed``, ``in_progress``, ``cancelled``; ``start_task`` records
+   the task, the time, and whether the orphan was still alive at that moment.
+3. Plants two processes that look like exo runners (the venv's python with
+   ``--multiprocessing-fork`` in argv): an orphan, detached through ``sh -c '... &'``
+   so its parent is init (or a subreaper), and "this worker's own runner", a direct
+   child. The sweep must kill the first and spare the second.
+4. With EXO_ORPHAN_GUARD=1 and EXO_ORPHAN_GUARD_DIR=<temp dir>, calls the patched
+   ``orphan_guard.prepare_worker()`` (as ``Worker.run`` does) and runs only
+   ``worker.plan_step()`` until the fake supervisor receives ConnectToGroup
+   (``--timeout``, default 30 s).
+
+Prints ONE JSON line on stdout::
+
+    {"connect_to_group_forwarded": ..., "orphan_killed": ..., "own_runner_alive": ...,
+     "sweep_before_forward": ..., "version": ...}
+
+and exits 0 when all four are true, else 1. exo's logs and this script's notes go
+to stderr. On an unpatched tree (no ``exo.worker.orphan_guard``) nothing sweeps, so
+``orphan_killed`` is false: that is how the check fails. Every process started here
+is killed on the way out.
+
+Caveat: the sweep is the real, machine-wide one. It also kills other orphaned
+exo-looking spawn children of this user (another test's planted orphan), and
+another test's sweep can kill ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VERSIONS = ("main", "v1.0.71")
+SLEEPER = "import time; time.sleep(600)"
+SPAWN_FLAG = "--multiprocessing-fork"
+
+
+def note(message: str) -> None:
+    print(f"connect_to_group_check: {message}", file=sys.stderr, flush=True)
+
+
+# --- the two planted processes ------------------------------------------------
+
+
+@dataclass
+class Planted:
+    """A process we started, known by pid and start time (so pid reuse is no match)."""
+
+    pid: int
+    create_time: float
+    popen: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def of(cls, pid: int, popen: subprocess.Popen[bytes] | None = None) -> Planted:
+        import psutil
+
+        return cls(pid, psutil.Process(pid).create_time(), popen)
+
+    def alive(self) -> bool:
+        import psutil
+
+        try:
+            process = psutil.Process(self.pid)
+            return process.create_time() == self.create_time and process.status() not in (
+                psutil.STATUS_ZOMBIE,
+                psutil.STATUS_DEAD,
+            )
+        except psutil.NoSuchProcess:
+            return False
+
+    def kill(self) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        if self.popen is not None:
+            self.popen.wait(timeout=10)
+
+
+def start_orphan() -> Planted:
+    """The venv's python, flagged as a spawn child, whose parent has already exited."""
+    script = f'"$0" -c "{SLEEPER}" {SPAWN_FLAG} </dev/null >/dev/null 2>&1 & echo $!'
+    output = subprocess.run(
+        ["sh", "-c", script, sys.executable], check=True, capture_output=True, text=True
+    ).stdout
+    return Planted.of(int(output.split()[0]))  # sh has exited: reparented by now
+
+
+def start_own_runner() -> Planted:
+    """The same kind of process, but a direct child of this (worker) process."""
+    popen = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER, SPAWN_FLAG],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
+    return Planted.of(popen.pid, popen)
+
+
+# --- the fake supervisor -------------------------------------------------------
+
+
+@dataclass
+class FakeSupervisor:
+    """What plan() and plan_step read from a RunnerSupervisor, without a runner."""
+
+    bound_instance: Any
+    status: Any
+    orphan: Planted
+    completed: set[Any] = field(default_factory=set)
+    in_progress: set[Any] = field(default_factory=set)
+    cancelled: set[Any] = field(default_factory=set)
+    pending: dict[Any, Any] = field(default_factory=dict)
+    received: list[tuple[Any, float, bool]] = field(default_factory=list)
+    """(task, monotonic time, orphan alive at that moment) per start_task call."""
+    got_connect_to_group: Any = None  # an anyio.Event, made inside the event loop
+
+    async def start_task(self, task: Any) -> None:
+        from exo.shared.types.tasks import ConnectToGroup
+
+        self.received.append((task, time.monotonic(), self.orphan.alive()))
+        note(f"fake supervisor got {type(task).__name__}")
+        if isinstance(task, ConnectToGroup) and self.got_connect_to_group is not None:
+            self.got_connect_to_group.set()
+
+    async def cancel_task(self, task_id: Any) -> None:
+        self.cancelled.add(task_id)
+
+    def shutdown(self) -> None:
+        pass
+
+
+# --- exo ---------------------------------------------------------------------
+
+
+def prepare_env(scratch: Path) -> None:
+    """The guard's switch and registry, and the directories exo reads at import."""
+    registry = scratch / "orphan-guard"
+    registry.mkdir()
+    os.environ["EXO_ORPHAN_GUARD"] = "1"
+    os.environ["EXO_ORPHAN_GUARD_DIR"] = str(registry)
+    dashboard = scratch / "dashboard"
+    dashboard.mkdir()
+    (dashboard / "index.html").write_text("<!doctype html><title>exo test</title>\n")
+    (scratch / "resources").mkdir()
+    os.environ.setdefault("EXO_RESOURCES_DIR", str(scratch / "resources"))
+    os.environ.setdefault("EXO_DASHBOARD_DIR", str(dashboard))
+    for name in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+        os.environ.setdefault(name, str(scratch / name.lower()))
+
+
+def report_guard_wiring() -> None:
+    """Say on stderr whether this tree is patched and the package importable."""
+    try:
+        from exo.worker import orphan_guard  # pyright: ignore[reportAttributeAccessIssue]
+    except ImportError:
+        note("exo.worker.orphan_guard missing: unpatched tree, nothing will sweep")
+        return
+    package = getattr(orphan_guard, "_package", None)
+    note(f"patched tree; exo_orphan_guard importable: {package is not None}")
+    orphan_guard.prepare_worker()  # what the patched Worker.run does first
+
+
+async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
+    import anyio
+    from exo.shared.models.model_cards import ModelId
+    from exo.shared.types.commands import ForwarderCommand, ForwarderDownloadCommand
+    from exo.shared.types.events import Event, IndexedEvent
+    from exo.shared.types.memory import Memory
+    from exo.shared.types.state import State
+    from exo.shared.types.worker.downloads import DownloadCompleted
+    from exo.shared.types.worker.instances import InstanceId
+    from exo.shared.types.worker.runners import RunnerId, RunnerIdle
+    from exo.utils.channels import channel
+    from exo.worker.main import Worker
+    from exo.worker.tests.constants import INSTANCE_1_ID, MODEL_A_ID, NODE_A, RUNNER_1_ID
+    from exo.worker.tests.unittests.conftest import get_bound_mlx_ring_instance
+
+    bound = get_bound_mlx_ring_instance(
+        instance_id=InstanceId(INSTANCE_1_ID),
+        model_id=ModelId(MODEL_A_ID),
+        runner_id=RunnerId(RUNNER_1_ID),
+        node_id=NODE_A,
+    )
+    instance = bound.instance
+    assert bound.bound_shard.device_rank == 0 and bound.bound_shard.world_size == 2
+
+    # Keep every receiver referenced: a send into a channel whose receivers are
+    # all gone raises BrokenResourceError (plan_step sends TaskCreated first).
+    event_sender, event_receiver = channel[Event]()
+    _indexed_sender, indexed_receiver = channel[IndexedEvent]()
+    command_sender, command_receiver = channel[ForwarderCommand]()
+    download_sender, download_receiver = channel[ForwarderDownloadCommand]()
+    worker = Worker(
+        NODE_A,
+        event_receiver=indexed_receiver,
+        event_sender=event_sender,
+        command_sender=command_sender,
+        download_command_sender=download_sender,
+        api_port=52415,
+    )
+    worker.state = State(
+        instances={instance.instance_id: instance},
+        runners={runner: RunnerIdle() for runner in instance.shard_assignments.runner_to_shard},
+        downloads={
+            NODE_A: [
+                DownloadCompleted(
+                    node_id=NODE_A,
+                    shard_metadata=bound.bound_shard,
+                    total=Memory.from_mb(100000),
+                )
+            ]
+        },
+    )
+    fake = FakeSupervisor(bound_instance=bound, status=RunnerIdle(), orphan=orphan)
+    fake.got_connect_to_group = anyio.Event()
+    worker.runners[bound.bound_runner_id] = fake  # pyright: ignore[reportArgumentType]
+
+    with anyio.move_on_after(timeout) as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.plan_step)
+            await fake.got_connect_to_group.wait()
+            tg.cancel_scope.cancel()
+    if scope.cancelled_caught:
+        note(f"no ConnectToGroup within {timeout:g} s")
+    for receiver in (event_receiver, indexed_receiver, command_receiver, download_receiver):
+        receiver.close()
+    return fake
+
+
+def check(version: str, timeout: float) -> dict[str, Any]:
+    import anyio
+
+    result: dict[str, Any] = {
+        "connect_to_group_forwarded": False,
+        "orphan_killed": False,
+        "own_runner_alive": False,
+        "sweep_before_forward": False,
+        "version": version,
+    }
+    scratch = Path(tempfile.mkdtemp(prefix="exo-ctg-check-"))
+    planted: list[Planted] = []
+    try:
+        prepare_env(scratch)
+        from exo.shared.types.tasks import ConnectToGroup
+
+        report_guard_wiring()
+        orphan = start_orphan()
+        planted.append(orphan)
+        own = start_own_runner()
+        planted.append(own)
+        import psutil
+
+        note(
+            f"orphan pid {orphan.pid} (parent {psutil.Process(orphan.pid).ppid()}), "
+            f"own runner pid {own.pid}, worker pid {os.getpid()}"
+        )
+        if not orphan.alive():
+            note("the orphan died before plan_step ran (another sweep?)")
+            return result
+
+        started = time.monotonic()
+        fake = anyio.run(drive_plan_step, orphan, timeout)
+        forwarded = [entry for entry in fake.received if isinstance(entry[0], ConnectToGroup)]
+        result["connect_to_group_forwarded"] = bool(forwarded)
+        result["orphan_killed"] = not orphan.alive()
+        result["own_runner_alive"] = own.alive()
+        if forwarded:
+            _task, at, orphan_alive = forwarded[0]
+            result["sweep_before_forward"] = not orphan_alive
+            note(f"ConnectToGroup reached the supervisor {at - started:.2f} s after plan_step")
+        return result
+    except Exception:  # report all-false (exit 1) rather than no JSON at all
+        traceback.print_exc()
+        return result
+    finally:
+        for process in planted:
+            try:
+                process.kill()
+            except Exception as error:
+                note(f"cleanup of pid {process.pid} failed: {error!r}")
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", choices=VERSIONS, required=True)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args()
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)  # unwinds through check()'s cleanup
+
+    signal.signal(signal.SIGTERM, stop)
+    result = check(args.version, args.timeout)
+    print(json.dumps(result), flush=True)
+    return 0 if all(value for key, value in result.items() if key != "version") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

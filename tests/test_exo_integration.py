@@ -1,0 +1,265 @@
+"""The patches against real exo: exo's own tests, exo's real runner, exo's real Worker.
+
+Needs an exo checkout (a git clone of exo-explore/exo) in EXO_SRC, and for the runner
+test the mlx-lm fork exo pins (github rltakashige/mlx-lm) in MLX_LM_SRC:
+
+    make test-exo EXO_SRC=/path/to/exo MLX_LM_SRC=/path/to/mlx-lm
+
+Each test works on throw-away copies of exo at the two supported commits, in Python
+3.13 environments built by scripts/exo-venv (cached between runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard import patching, scenarios, settings
+from exo_orphan_guard.identity import identity_of
+from tests.helpers.processes import kill_all
+
+REPO = Path(__file__).resolve().parents[1]
+SUPPORT = REPO / "tests" / "exo_support"
+COMMITS = {"v1.0.71": "fd707de30b42", "main": "b5375f8cee43"}
+EXO_OWN_TESTS = {
+    "main": [
+        "src/exo/worker/tests/unittests/test_runner/test_runner_supervisor.py",
+        "src/exo/worker/tests/unittests/test_plan/",
+        "src/exo/utils/tests/test_async_process.py",
+    ],
+    "v1.0.71": [
+        "src/exo/worker/tests/unittests/test_runner/test_runner_supervisor.py",
+        "src/exo/worker/tests/unittests/test_plan/",
+        "src/exo/utils/tests/test_mp_channel.py",
+    ],
+}
+HOW_TO_RUN = "run `make test-exo EXO_SRC=/path/to/exo MLX_LM_SRC=/path/to/mlx-lm`"
+
+pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
+versions = pytest.mark.parametrize("version", list(COMMITS))
+
+
+def _exo_src() -> Path:
+    value = os.environ.get("EXO_SRC", "").strip()
+    if not value:
+        pytest.skip(
+            f"EXO_SRC is not set, so there is no exo checkout to test against: {HOW_TO_RUN}"
+        )
+    path = Path(value).expanduser()
+    if not (path / ".git").exists() and not (path / "HEAD").exists():
+        pytest.fail(f"EXO_SRC={value} is not a git clone of exo-explore/exo")
+    return path
+
+
+def _mlx_lm_src() -> Path:
+    value = os.environ.get("MLX_LM_SRC", "").strip()
+    if not value:
+        pytest.skip(f"MLX_LM_SRC is not set, so exo's runner cannot load: {HOW_TO_RUN}")
+    return Path(value).expanduser()
+
+
+@pytest.fixture(scope="session")
+def venv_cache() -> Path:
+    return Path(os.environ.get("EXO_VENV_CACHE", REPO / ".cache" / "exo-venv"))
+
+
+@pytest.fixture(scope="session")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("exo-trees")
+
+
+def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
+    """A fresh copy of exo at `version`'s commit; with the series applied if asked."""
+    source = _exo_src()
+    target = work / f"{version}-{'patched' if patched else 'pristine'}"
+    if not target.exists():
+        target.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(source), "archive", COMMITS[version]],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+        if patched:
+            status, changed = patching.apply(target)
+            assert changed and status.series.name == version
+    return target
+
+
+def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
+    command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(cache)]
+    if runner:
+        command += ["--runner", str(_mlx_lm_src())]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
+    venv = Path(built.stdout.strip().splitlines()[-1])
+    # exo_orphan_guard from this checkout, and nothing else of it (no `tests` package
+    # to shadow exo's); psutil, anyio and loguru are exo's own dependencies.
+    path_dir = cache / "exo-orphan-guard-path"
+    path_dir.mkdir(parents=True, exist_ok=True)
+    link = path_dir / "exo_orphan_guard"
+    if not link.is_symlink():
+        link.symlink_to(REPO / "exo_orphan_guard")
+    (site_packages,) = venv.glob("lib/python3.*/site-packages")
+    (site_packages / "exo_orphan_guard_checkout.pth").write_text(f"{path_dir}\n")
+    return venv
+
+
+def exo_environment(scratch: Path, *, guard: bool) -> dict[str, str]:
+    (scratch / "resources").mkdir(parents=True, exist_ok=True)
+    (scratch / "dashboard").mkdir(exist_ok=True)
+    (scratch / "dashboard" / "index.html").write_text("<!doctype html>\n")
+    env = dict(os.environ)
+    env.update(
+        {
+            "EXO_RESOURCES_DIR": str(scratch / "resources"),
+            "EXO_DASHBOARD_DIR": str(scratch / "dashboard"),
+            "XDG_CACHE_HOME": str(scratch / "xdg-cache"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            settings.TOGGLE_ENV: "1" if guard else "0",
+            settings.DIR_ENV: str(scratch / "registry"),
+        }
+    )
+    env.pop(settings.WORKER_ENV, None)
+    return env
+
+
+def run_exo_tests(tree: Path, venv: Path, version: str, *, guard: bool) -> dict[str, int]:
+    with tempfile.TemporaryDirectory(prefix="eog-exo-tests-") as scratch:
+        completed = subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                *EXO_OWN_TESTS[version],
+            ],
+            cwd=tree,
+            env=exo_environment(Path(scratch), guard=guard),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    summary = completed.stdout.strip().splitlines()[-1] if completed.stdout.strip() else ""
+    counts = {word: int(number) for number, word in re.findall(r"(\d+) (\w+)", summary)}
+    assert counts.get("passed", 0) > 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    return counts
+
+
+@versions
+def test_exos_own_tests_give_the_same_results_patched_on_and_off(
+    version: str, work: Path, venv_cache: Path
+) -> None:
+    pristine = exo_tree(work, version, patched=False)
+    patched = exo_tree(work, version, patched=True)
+    baseline = run_exo_tests(pristine, exo_venv(pristine, venv_cache), version, guard=False)
+    patched_venv = exo_venv(patched, venv_cache)
+    off = run_exo_tests(patched, patched_venv, version, guard=False)
+    on = run_exo_tests(patched, patched_venv, version, guard=True)
+    assert baseline == off == on, (baseline, off, on)
+    assert "failed" not in baseline and "error" not in baseline
+
+
+@contextlib.contextmanager
+def exo_worker(tree: Path, venv: Path, version: str, *, guard: bool) -> Generator[dict[str, int]]:
+    """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle."""
+    scratch = Path(tempfile.mkdtemp(prefix="eog-exo-worker-"))
+    stderr = (scratch / "harness.log").open("wb")
+    harness = subprocess.Popen(
+        [
+            str(venv / "bin" / "python"),
+            str(SUPPORT / "worker_harness.py"),
+            "--version",
+            version,
+            "--scratch",
+            str(scratch / "harness"),
+        ],
+        cwd=tree,
+        env=exo_environment(scratch, guard=guard),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+    spawned: list[int] = []
+    try:
+        assert harness.stdout is not None
+        ready, _, _ = select.select([harness.stdout], [], [], 120)
+        line = harness.stdout.readline() if ready else b""
+        report: dict[str, int] = json.loads(line or b"{}")
+        assert report.get("event") == "runner-idle", (
+            report,
+            (scratch / "harness.log").read_text()[-3000:],
+        )
+        spawned.append(report["runner_pid"])
+        yield report
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(harness.pid, signal.SIGKILL)
+        harness.wait()
+        stderr.close()
+        kill_all([identity for pid in spawned if (identity := identity_of(pid)) is not None])
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@versions
+@pytest.mark.parametrize("guard", [True, False], ids=["guard-on", "guard-off"])
+def test_exos_real_runner_dies_with_its_worker_only_when_guarded(
+    version: str, guard: bool, work: Path, venv_cache: Path
+) -> None:
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache, runner=True)
+    with exo_worker(tree, venv, version, guard=guard) as report:
+        runner = identity_of(report["runner_pid"])
+        assert runner is not None
+        os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
+        exits = scenarios.wait_gone([runner], 1.0)
+        assert (exits[runner] is not None) == guard, exits
+
+
+@versions
+def test_connect_to_group_sweeps_through_exos_real_worker(
+    version: str, work: Path, venv_cache: Path
+) -> None:
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache)
+    with tempfile.TemporaryDirectory(prefix="eog-exo-ctg-") as scratch:
+        completed = subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                str(SUPPORT / "connect_to_group_check.py"),
+                "--version",
+                version,
+            ],
+            cwd=tree,
+            env=exo_environment(Path(scratch), guard=True),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, completed.stderr[-3000:]
+    result = json.loads(lines[-1])
+    assert result == {
+        **result,
+        "connect_to_group_forwarded": True,
+        "orphan_killed": True,
+        "own_runner_alive": True,
+        "sweep_before_forward": True,
+    }, completed.stderr[-3000:]

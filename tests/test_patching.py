@@ -1,0 +1,211 @@
+"""The patch machinery, without exo: on throw-away trees rebuilt from the patches'
+own pre-image lines (what each hunk expects to find), with filler in between."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard import cli, patching
+from exo_orphan_guard.patch_format import (
+    HunkMismatchError,
+    PatchFormatError,
+    apply_hunks,
+    parse_unified_diff,
+)
+
+SERIES = patching.load_series()
+SERIES_NAMES = [series.name for series in SERIES]
+
+
+def build_tree(root: Path, series: patching.Series) -> dict[str, bytes]:
+    """Files as each series' first patch touching them expects them, plus markers."""
+    first_seen: dict[str, list[tuple[int, tuple[bytes, ...]]]] = {}
+    created: set[str] = set()
+    for _, diff in series.diffs:
+        if diff.old_path is None:
+            created.add(diff.path)
+        if diff.path in created or diff.path in first_seen:
+            continue
+        first_seen[diff.path] = [(hunk.old_start, hunk.old_lines) for hunk in diff.hunks]
+    for path, hunks in first_seen.items():
+        lines: list[bytes] = []
+        for start, old_lines in hunks:
+            while len(lines) < start - 1:
+                lines.append(f"# filler {len(lines) + 1}\n".encode())
+            lines.extend(old_lines)
+        lines.append(b"# end\n")
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(b"".join(lines))
+    marker = root / patching.SERIES_MARKERS[series.name]
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_bytes(b"# the supervisor\n")
+    return snapshot(root)
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(root)): path.read_bytes() for path in root.rglob("*") if path.is_file()
+    }
+
+
+@pytest.fixture(params=SERIES_NAMES)
+def series(request: pytest.FixtureRequest) -> patching.Series:
+    name: str = request.param
+    return next(series for series in SERIES if series.name == name)
+
+
+def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patching.Series) -> None:
+    assert set(series.files) == {
+        "src/exo/worker/orphan_guard.py",
+        "src/exo/worker/runner/bootstrap.py",
+        "src/exo/worker/main.py",
+        "pyproject.toml",
+    }
+    modules = {
+        b"".join(diff.hunks[0].new_lines)
+        for loaded in SERIES
+        for _, diff in loaded.diffs
+        if diff.old_path is None
+    }
+    assert len(modules) == 1
+
+
+def test_apply_then_apply_again_then_revert_is_byte_exact(
+    tmp_path: Path, series: patching.Series
+) -> None:
+    original = build_tree(tmp_path, series)
+    assert patching.check(tmp_path).state == "not applied"
+    status, changed = patching.apply(tmp_path)
+    assert changed and status.state == "applied" and status.series.name == series.name
+    applied = snapshot(tmp_path)
+    assert applied != original and "src/exo/worker/orphan_guard.py" in applied
+    assert b'orphan-guard = ["exo-orphan-guard"]' in applied["pyproject.toml"]
+    assert b"case ConnectToGroup():" in applied["src/exo/worker/main.py"]
+    assert patching.apply(tmp_path) == (status, False)
+    assert snapshot(tmp_path) == applied
+    status, changed = patching.revert(tmp_path)
+    assert changed and status.state == "not applied"
+    assert snapshot(tmp_path) == original
+    assert patching.revert(tmp_path)[1] is False
+
+
+def test_a_hunk_that_does_not_match_changes_nothing_and_is_named(
+    tmp_path: Path, series: patching.Series
+) -> None:
+    build_tree(tmp_path, series)
+    pyproject = tmp_path / "pyproject.toml"  # patched last: earlier files would be done
+    pyproject.write_bytes(pyproject.read_bytes().replace(b"[project.optional", b"[project.opt"))
+    before = snapshot(tmp_path)
+    with pytest.raises(patching.PatchError, match=r"pyproject\.toml, hunk 1 \(@@ -\d+,\d+"):
+        patching.apply(tmp_path)
+    assert snapshot(tmp_path) == before
+
+
+def test_local_edits_to_patched_lines_block_revert(tmp_path: Path, series: patching.Series) -> None:
+    build_tree(tmp_path, series)
+    patching.apply(tmp_path)
+    main = tmp_path / "src/exo/worker/main.py"
+    main.write_bytes(main.read_bytes().replace(b"orphan_guard.prepare_worker()", b"pass"))
+    before = snapshot(tmp_path)
+    with pytest.raises(patching.PatchError, match=r"conflicting local edits.*main\.py, hunk"):
+        patching.revert(tmp_path)
+    assert snapshot(tmp_path) == before
+
+
+def test_a_failed_write_puts_back_what_was_written(
+    tmp_path: Path, series: patching.Series, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = build_tree(tmp_path, series)
+    real_write = patching._write_one  # pyright: ignore[reportPrivateUsage]
+    calls: list[Path] = []
+
+    def failing_third_write(target: Path, content: bytes | None) -> None:
+        calls.append(target)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device", str(target))
+        real_write(target, content)
+
+    monkeypatch.setattr(patching, "_write_one", failing_third_write)
+    with pytest.raises(patching.PatchError, match="No space left"):
+        patching.apply(tmp_path)
+    assert snapshot(tmp_path) == original
+
+
+def test_not_an_exo_tree(tmp_path: Path) -> None:
+    with pytest.raises(patching.PatchError, match="is not an exo source tree"):
+        patching.check(tmp_path)
+
+
+def test_a_version_no_series_fits(tmp_path: Path) -> None:
+    build_tree(tmp_path, SERIES[0])
+    (tmp_path / patching.SERIES_MARKERS[SERIES[0].name]).unlink()
+    with pytest.raises(patching.PatchError, match="no patch series fits"):
+        patching.check(tmp_path)
+
+
+def test_cli_exit_codes_and_one_line_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    build_tree(tmp_path, SERIES[-1])
+    assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 1
+    assert cli.main(["patch", "apply", "--exo", str(tmp_path)]) == 0
+    assert cli.main(["patch", "apply", "--exo", str(tmp_path)]) == 0
+    assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("not applied") and "already applied" in out[2]
+    assert cli.main(["patch", "revert", "--exo", str(tmp_path / "nowhere")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "not an exo source tree" in error
+
+
+# --- the diff format itself -----------------------------------------------------------
+
+DIFF = b"""diff --git a/f.txt b/f.txt
+--- a/f.txt
++++ b/f.txt
+@@ -2,3 +2,4 @@ header
+ two
+-three
++THREE
++three and a half
+ four
+"""
+
+
+def test_hunks_apply_at_an_offset_and_reverse_exactly() -> None:
+    (diff,) = parse_unified_diff(DIFF)
+    original = b"zero\none\ntwo\nthree\nfour\nfive\n"
+    shifted = b"extra\n" + original
+    patched = apply_hunks(shifted, diff.hunks)
+    assert patched == b"extra\nzero\none\ntwo\nTHREE\nthree and a half\nfour\nfive\n"
+    assert apply_hunks(patched, diff.reversed().hunks) == shifted
+
+
+def test_a_missing_context_line_is_a_mismatch() -> None:
+    (diff,) = parse_unified_diff(DIFF)
+    with pytest.raises(HunkMismatchError) as raised:
+        apply_hunks(b"two\n3\nfour\n", diff.hunks)
+    assert raised.value.index == 1
+
+
+def test_no_newline_at_end_of_file_is_kept() -> None:
+    diff = b"--- a/f\n+++ b/f\n@@ -1 +1 @@\n-old\n\\ No newline at end of file\n+new\n"
+    (parsed,) = parse_unified_diff(diff)
+    assert apply_hunks(b"old", parsed.hunks) == b"new\n"
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"",
+        b"not a diff",
+        b"--- a/f\n",
+        b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n",
+        b"--- f\n+++ f\n@@ -1 +1 @@\n-a\n+b\n",
+    ],
+)
+def test_malformed_diffs_are_rejected(garbage: bytes) -> None:
+    with pytest.raises(PatchFormatError):
+        parse_unified_diff(garbage)
