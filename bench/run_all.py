@@ -19,13 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from . import idle_cost, sweep_cost, watch_latency
+from . import group_reform, idle_cost, sweep_cost, watch_latency
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENT = ROOT / "docs" / "benchmarks.md"
 
-SECTION_ORDER = ["watch", "idle", "sweep"]
+SECTION_ORDER = ["watch", "idle", "sweep", "group"]
 
 INTRO = """# Benchmarks
 
@@ -112,10 +112,34 @@ def sweep_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    del scratch
+    trials: int = arguments.group_trials
+    results = group_reform.run(trials)
+    return "\n".join(
+        [
+            _header(
+                "A real MLX group after an orphan: SIGKILL to the next group formed",
+                f"python -m bench.run_all --only group --group-trials {trials}",
+            ),
+            "MLX ring backend (`mlx[cpu]`) over loopback. Rank 0 of a 2-rank group sits in "
+            "`mx.distributed.init()` (holding the GIL) when its worker is SIGKILLed; a new "
+            "worker then starts ranks 1 and 0 on the same ports, 0.5 s apart. Time runs from "
+            "the kill until both new ranks returned `all_sum` (its floor is the new worker's "
+            "start-up, the stagger, and rank 1's first connect retry, about 1 s). Without the "
+            f"guard the new rank 1 joins the orphan and rank 0 waits forever: bounded at "
+            f"{group_reform.HANG_TIMEOUT_SECONDS:g} s.\n",
+            group_reform.render(results),
+            "",
+        ]
+    )
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "idle": idle_section,
     "sweep": sweep_section,
+    "group": group_section,
 }
 
 
@@ -125,6 +149,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--sweep-repetitions", type=int, default=40)
+    parser.add_argument("--group-trials", type=int, default=20)
     arguments = parser.parse_args()
     chosen = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]

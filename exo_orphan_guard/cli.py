@@ -7,12 +7,14 @@ Exit codes: 0 nothing left (or all checks passed), 1 orphans or failures remain,
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NoReturn, final
 
-from . import patching, report_format, selftest, settings
+from . import doctor, explain, patching, report_format, selftest, settings
 from .sweeping import sweep
 
 EXIT_OK: Final = 0
@@ -89,6 +91,22 @@ def build_parser() -> argparse.ArgumentParser:
     patch.add_argument("action", choices=("check", "apply", "revert"))
     patch.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
 
+    explain_command = commands.add_parser(
+        "explain",
+        help="cause and remedy for an error line or errno from exo's logs",
+        description="Exit codes: 0 explained, 1 not recognised.",
+    )
+    explain_command.add_argument("text", nargs="+", help="e.g. 'RTR failed with errno 16' or 96")
+    explain_command.add_argument("--json", action="store_true")
+
+    doctor_command = commands.add_parser(
+        "doctor",
+        help="one screen about this node: guard, patch, orphans, registry, queue pairs",
+        description="Exit codes: 0 no FAIL line, 1 at least one FAIL line.",
+    )
+    doctor_command.add_argument("--exo", type=Path, metavar="PATH", help="exo checkout to check")
+    doctor_command.add_argument("--json", action="store_true")
+
     test = commands.add_parser("selftest", help="prove the parent watch on this machine")
     test.add_argument(
         "--strategy",
@@ -118,6 +136,10 @@ def _dispatch(arguments: argparse.Namespace) -> int:
             return _sweep(arguments, command)
         case "patch":
             return _patch(arguments)
+        case "explain":
+            return _explain(arguments)
+        case "doctor":
+            return _doctor(arguments)
         case "selftest":
             return _selftest(arguments)
         case _:
@@ -164,6 +186,35 @@ def _patch(arguments: argparse.Namespace) -> int:
     files = len(status.series.files)
     print(f"series {status.series.name} ({files} files) {done} in {tree}")
     return EXIT_OK
+
+
+def _explain(arguments: argparse.Namespace) -> int:
+    words: list[str] = arguments.text
+    text = " ".join(words)
+    found = explain.explain(text)
+    if arguments.json:
+        print(
+            json.dumps(
+                {
+                    "schema": "exo-orphan-guard/explain/1",
+                    "text": text,
+                    "explanations": [dataclasses.asdict(explanation) for explanation in found],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(explain.render(text, found))
+    return EXIT_OK if found else EXIT_LEFT
+
+
+def _doctor(arguments: argparse.Namespace) -> int:
+    exo_tree: Path | None = arguments.exo
+    checks = doctor.assess(
+        doctor.gather(None if exo_tree is None else exo_tree.expanduser().resolve())
+    )
+    print(doctor.to_json(checks) if arguments.json else doctor.render(checks))
+    return doctor.exit_code(checks)
 
 
 def _seconds(text: str) -> float:

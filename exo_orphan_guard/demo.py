@@ -15,15 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from . import scenarios
+from . import ring_scenario, scenarios
 from .scenario_worker import Watch
 
 ORPHAN_LOOK_SECONDS = 1.0
+MLX_HANG_TIMEOUT_SECONDS = 6.0
 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
-    sections: list[Callable[[Path], None]] = [_round_guard_off, _round_guard_on]
+    sections: list[Callable[[Path], None]] = [_round_guard_off, _round_guard_on, _mlx_group]
     with tempfile.TemporaryDirectory(prefix="eog-demo-") as scratch:
         try:
             for section in sections:
@@ -70,6 +71,39 @@ def _round_guard_on(scratch: Path) -> None:
             print(f"  runner {runner.identity.pid} ({what}): {outcome} after the kill")
         left = scenarios.alive(members)
         print("No orphans left." if not left else f"{len(left)} process(es) left: FAIL")
+
+
+def _mlx_group(scratch: Path) -> None:
+    _title(
+        "3. A real MLX group (ring backend, loopback): a rank is inside "
+        "mx.distributed.init() when its worker is killed; then the next group starts"
+    )
+    if not ring_scenario.mlx_available():
+        print("skipped: mlx is not installed (pip install 'mlx[cpu]' on Linux)")
+        return
+    for guard in (False, True):
+        outcome = ring_scenario.orphan_then_next_group(
+            guard=guard, timeout=MLX_HANG_TIMEOUT_SECONDS, scratch=scratch
+        )
+        label = "guard on: " if guard else "guard off:"
+        if outcome.orphan_gone_ms is None:
+            orphan = "the rank outlived its worker"
+        else:
+            orphan = f"the rank was gone {outcome.orphan_gone_ms:.1f} ms after the kill"
+        if outcome.formed:
+            sums = ", ".join(
+                f"rank {rank}: {value:g}" for rank, value in sorted(outcome.sums.items())
+            )
+            result = (
+                f"next group formed {outcome.form_seconds:.1f} s after the kill, "
+                f"all_sum = {sums} (expected 3)"
+            )
+        else:
+            result = (
+                f"next group HUNG: no all_sum within {MLX_HANG_TIMEOUT_SECONDS:g} s "
+                "(its rank 1 joined the orphan; rank 0 waits forever)"
+            )
+        print(f"{label} {orphan}; {result}")
 
 
 class _Worker:

@@ -120,14 +120,14 @@ def sweep(
         )
 
     if registry is None or dry_run:
-        table, verdicts = _judge(registry, options, warnings)
+        table, verdicts = judge(registry, options, warnings)
         results = [] if dry_run else _act(registry, table, verdicts, grace, kill_wait)
         return report(verdicts, results)
     with registry.locked(lock_timeout) as acquired:
         if not acquired:
             return report([], [], locked=False)
         registry.remove_stale_temporaries(time.time())
-        table, verdicts = _judge(registry, options, warnings)
+        table, verdicts = judge(registry, options, warnings)
         return report(verdicts, _act(registry, table, verdicts, grace, kill_wait))
 
 
@@ -157,7 +157,7 @@ def _options(
     return SweepOptions(fingerprint=fingerprint, match=match, any_parent=any_parent)
 
 
-def _judge(
+def judge(
     registry: Registry | None, options: SweepOptions, warnings: list[str]
 ) -> tuple[ProcessTable, tuple[Verdict, ...]]:
     records: list[LoadedRecord] = []

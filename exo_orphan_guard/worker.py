@@ -7,10 +7,13 @@ logged as a warning and exo carries on as it would without the guard.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import final
 
 from loguru import logger
 
 from ._logging import warn_once
+from .explain import Explanation, explain
 from .identity import current_identity
 from .settings import WORKER_ENV, guard_enabled
 from .sweeping import SweepReport, sweep_async
@@ -59,6 +62,36 @@ async def sweep_at_worker_start() -> SweepReport | None:
         return None
     _started_in_this_process = True
     return await worker_sweep("worker start")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class FailureDiagnosis:
+    error_message: str
+    explanations: tuple[Explanation, ...]
+    sweep: SweepReport | None
+
+
+async def diagnose_runner_failure(error_message: str) -> FailureDiagnosis | None:
+    """Explain a runner's failure (exo's `RunnerFailed.error_message`) and sweep at once.
+
+    If `explain` recognises the text, the diagnosis and the result of an immediate
+    sweep are logged side by side, so the retry exo is about to make starts on a node
+    without leftover runners. Returns None for text it does not recognise.
+    """
+    if not _enabled():
+        return None
+    explanations = tuple(explain(error_message))
+    if not explanations:
+        return None
+    for explanation in explanations:
+        steps = "; ".join(explanation.next_steps)
+        logger.warning(
+            f"orphan guard: runner failed: {explanation.title}. {explanation.cause} "
+            f"Next: {steps}. Sources: {' '.join(explanation.sources)}"
+        )
+    report = await worker_sweep(f"the retry after a runner failure ({explanations[0].key})")
+    return FailureDiagnosis(error_message, explanations, report)
 
 
 def log_report(report: SweepReport, reason: str) -> None:

@@ -39,8 +39,9 @@ def build_tree(root: Path, series: patching.Series) -> dict[str, bytes]:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_bytes(b"".join(lines))
     marker = root / patching.SERIES_MARKERS[series.name]
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_bytes(b"# the supervisor\n")
+    if not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_bytes(b"# the supervisor\n")
     return snapshot(root)
 
 
@@ -61,6 +62,7 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
         "src/exo/worker/orphan_guard.py",
         "src/exo/worker/runner/bootstrap.py",
         "src/exo/worker/main.py",
+        patching.SERIES_MARKERS[series.name],  # the supervisor: failure diagnosis
         "pyproject.toml",
     }
     modules = {

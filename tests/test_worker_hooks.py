@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from loguru import logger
 
-from exo_orphan_guard import settings, worker
+from exo_orphan_guard import scenarios, settings, worker
 from exo_orphan_guard.identity import ProcessIdentity, current_identity
 from exo_orphan_guard.sweeping import SweepReport
+from tests.helpers.processes import make_fake_exo_environment
 
 
 @pytest.fixture
@@ -70,3 +72,37 @@ async def test_start_up_sweep_runs_once_per_process(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(worker, "_started_in_this_process", False)
     assert await worker.sweep_at_worker_start() is not None
     assert await worker.sweep_at_worker_start() is None
+
+
+async def test_a_recognised_runner_failure_is_explained_and_swept(
+    monkeypatch: pytest.MonkeyPatch, log_lines: list[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+    python = make_fake_exo_environment(tmp_path / "exo-env")
+    stranded = scenarios.start_worker(["idle"], watch="none", python=python)
+    try:
+        scenarios.kill_worker(stranded)
+        (orphan,) = stranded.all_processes()
+        message = (
+            "Terminated (exitcode=1)\nRunner error: ValueError: "
+            "[jaccl] Changing queue pair to RTR failed with errno 16"
+        )
+        diagnosis = await worker.diagnose_runner_failure(message)
+        assert diagnosis is not None and diagnosis.explanations[0].key == "rtr-errno-16"
+        assert diagnosis.sweep is not None and orphan.pid in {
+            v.pid for v in diagnosis.sweep.targets
+        }
+        assert scenarios.wait_gone([orphan], 2.0)[orphan] is not None
+        assert any("runner failed: errno 16 (EBUSY)" in line for line in log_lines)
+        assert any("killed orphan" in line for line in log_lines)
+    finally:
+        scenarios.cleanup(stranded)
+
+
+async def test_unrecognised_failures_and_the_toggle_off_do_nothing(
+    monkeypatch: pytest.MonkeyPatch, log_lines: list[str]
+) -> None:
+    assert await worker.diagnose_runner_failure("errno 16") is None  # toggle off
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+    assert await worker.diagnose_runner_failure("Terminated (exitcode=1)") is None
+    assert log_lines == []

@@ -1,0 +1,115 @@
+"""`assess` on made-up node facts, then one real run against planted orphans."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard import cli, doctor, patching, scenarios, settings
+from exo_orphan_guard._common import Pid
+from exo_orphan_guard.process_table import ProcessInfo
+from exo_orphan_guard.verdicts import Verdict
+from tests.helpers.processes import make_fake_exo_environment
+
+RUNNER = ProcessInfo(
+    pid=Pid(300),
+    ppid=1,
+    started=1.0,
+    uid=0,
+    argv=("/x/python", "--multiprocessing-fork"),
+    exe=None,
+    status="sleeping",
+    rss=2**31,
+    create_time=1.0,
+    runs_exo=True,
+)
+HEALTHY = doctor.NodeFacts(
+    toggle=settings.Parsed(True),
+    patch_status=None,
+    patch_error=None,
+    exo_tree=None,
+    registry_path=Path("/r"),
+    registry_problem=None,
+    records=0,
+    registry_warnings=(),
+    verdicts=(),
+    runners=(),
+    stuck=(),
+)
+
+
+def statuses(facts: doctor.NodeFacts) -> dict[str, str]:
+    return {check.name: check.status for check in doctor.assess(facts)}
+
+
+def test_a_healthy_node() -> None:
+    assert statuses(HEALTHY) == {
+        "guard": "OK",
+        "exo patch": "SKIP",
+        "orphans": "OK",
+        "unkillable": "OK",
+        "registry": "OK",
+        "queue pairs": "OK",
+    }
+    assert doctor.exit_code(doctor.assess(HEALTHY)) == 0
+
+
+def test_orphans_fail_and_say_what_to_run() -> None:
+    orphan = Verdict(RUNNER.pid, "kill", "its worker 9 is gone", "registry", RUNNER)
+    checks = doctor.assess(dataclasses.replace(HEALTHY, verdicts=(orphan,), runners=(RUNNER,)))
+    by_name = {check.name: check for check in checks}
+    assert by_name["orphans"].status == "FAIL" and "2.0 GiB" in by_name["orphans"].detail
+    assert by_name["orphans"].next_step == "exo-orphan-guard sweep"
+    assert by_name["queue pairs"].status == "WARN"
+    assert doctor.exit_code(checks) == 1
+
+
+def test_stuck_processes_say_reboot() -> None:
+    checks = doctor.assess(dataclasses.replace(HEALTHY, stuck=((300, "U"),)))
+    unkillable = next(check for check in checks if check.name == "unkillable")
+    assert unkillable.status == "FAIL" and "reboot" in str(unkillable.next_step)
+
+
+def test_guard_off_odd_and_registry_problems() -> None:
+    off = statuses(dataclasses.replace(HEALTHY, toggle=settings.Parsed(False)))
+    assert off["guard"] == "WARN"
+    odd = settings.parse_toggle("maybe")
+    assert statuses(dataclasses.replace(HEALTHY, toggle=odd))["guard"] == "WARN"
+    refused = dataclasses.replace(HEALTHY, registry_problem="orphan registry /r is a symlink")
+    assert statuses(refused)["registry"] == "FAIL"
+    corrupt = dataclasses.replace(HEALTHY, registry_warnings=("ignoring /r/runner-1.json",))
+    assert statuses(corrupt)["registry"] == "WARN"
+
+
+def test_patch_states(tmp_path: Path) -> None:
+    series = patching.load_series()[0]
+    applied = dataclasses.replace(
+        HEALTHY, exo_tree=tmp_path, patch_status=patching.TreeStatus(series, "applied")
+    )
+    assert statuses(applied)["exo patch"] == "OK"
+    pending = dataclasses.replace(applied, patch_status=patching.TreeStatus(series, "not applied"))
+    check = next(check for check in doctor.assess(pending) if check.name == "exo patch")
+    assert check.status == "WARN" and "patch apply" in str(check.next_step)
+    broken = dataclasses.replace(HEALTHY, exo_tree=tmp_path, patch_error="not an exo source tree")
+    assert statuses(broken)["exo patch"] == "FAIL"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
+def test_doctor_on_this_machine_sees_a_planted_orphan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    python = make_fake_exo_environment(tmp_path / "exo-env")
+    worker = scenarios.start_worker(["idle"], watch="none", python=python)
+    try:
+        scenarios.kill_worker(worker)
+        assert cli.main(["doctor", "--json", "--exo", str(tmp_path)]) == 1
+        checks = {check["name"]: check for check in json.loads(capsys.readouterr().out)["checks"]}
+        assert checks["orphans"]["status"] == "FAIL"
+        assert str(worker.runners[0].identity.pid) in checks["orphans"]["detail"]
+        assert checks["exo patch"]["status"] == "FAIL"  # tmp_path is no exo tree
+    finally:
+        scenarios.cleanup(worker)
