@@ -7,12 +7,20 @@ from .killing import KillResult
 from .runner_watch import guard_runner
 from .sweeping import SweepReport, sweep, sweep_async
 from .verdicts import Verdict
-from .worker import prepare_worker, sweep_at_worker_start, worker_sweep
+from .worker import (
+    FailureDiagnosis,
+    diagnose_runner_failure,
+    prepare_worker,
+    sweep_at_worker_start,
+    worker_sweep,
+)
 
 __all__ = [
+    "FailureDiagnosis",
     "KillResult",
     "SweepReport",
     "Verdict",
+    "diagnose_runner_failure",
     "guard_runner",
     "prepare_worker",
     "sweep",

@@ -263,3 +263,35 @@ def test_connect_to_group_sweeps_through_exos_real_worker(
         "own_runner_alive": True,
         "sweep_before_forward": True,
     }, completed.stderr[-3000:]
+
+
+@versions
+def test_a_runner_failure_is_diagnosed_and_swept_through_exos_real_supervisor(
+    version: str, work: Path, venv_cache: Path
+) -> None:
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache)
+    with tempfile.TemporaryDirectory(prefix="eog-exo-failure-") as scratch:
+        completed = subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                str(SUPPORT / "runner_failure_check.py"),
+                "--version",
+                version,
+            ],
+            cwd=tree,
+            env=exo_environment(Path(scratch), guard=True),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, completed.stderr[-3000:]
+    result = json.loads(lines[-1])
+    assert result == {
+        **result,
+        "diagnosis_logged": True,
+        "orphan_killed": True,
+        "unrecognised_ignored": True,
+    }, completed.stderr[-3000:]
