@@ -232,20 +232,13 @@ def test_exos_real_runner_dies_with_its_worker_only_when_guarded(
         assert (exits[runner] is not None) == guard, exits
 
 
-@versions
-def test_connect_to_group_sweeps_through_exos_real_worker(
-    version: str, work: Path, venv_cache: Path
-) -> None:
+def run_check(script: str, version: str, work: Path, venv_cache: Path) -> dict[str, object]:
+    """Run one of tests/exo_support's checks in a patched exo tree; its JSON verdict."""
     tree = exo_tree(work, version, patched=True)
     venv = exo_venv(tree, venv_cache)
-    with tempfile.TemporaryDirectory(prefix="eog-exo-ctg-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="eog-exo-check-") as scratch:
         completed = subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                str(SUPPORT / "connect_to_group_check.py"),
-                "--version",
-                version,
-            ],
+            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version],
             cwd=tree,
             env=exo_environment(Path(scratch), guard=True),
             capture_output=True,
@@ -255,43 +248,33 @@ def test_connect_to_group_sweeps_through_exos_real_worker(
         )
     lines = completed.stdout.strip().splitlines()
     assert lines, completed.stderr[-3000:]
-    result = json.loads(lines[-1])
+    result: dict[str, object] = json.loads(lines[-1])
+    assert completed.returncode == 0, (result, completed.stderr[-3000:])
+    return result
+
+
+@versions
+def test_connect_to_group_sweeps_through_exos_real_worker(
+    version: str, work: Path, venv_cache: Path
+) -> None:
+    result = run_check("connect_to_group_check.py", version, work, venv_cache)
     assert result == {
         **result,
         "connect_to_group_forwarded": True,
         "orphan_killed": True,
         "own_runner_alive": True,
         "sweep_before_forward": True,
-    }, completed.stderr[-3000:]
+    }
 
 
 @versions
 def test_a_runner_failure_is_diagnosed_and_swept_through_exos_real_supervisor(
     version: str, work: Path, venv_cache: Path
 ) -> None:
-    tree = exo_tree(work, version, patched=True)
-    venv = exo_venv(tree, venv_cache)
-    with tempfile.TemporaryDirectory(prefix="eog-exo-failure-") as scratch:
-        completed = subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                str(SUPPORT / "runner_failure_check.py"),
-                "--version",
-                version,
-            ],
-            cwd=tree,
-            env=exo_environment(Path(scratch), guard=True),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, completed.stderr[-3000:]
-    result = json.loads(lines[-1])
+    result = run_check("runner_failure_check.py", version, work, venv_cache)
     assert result == {
         **result,
         "diagnosis_logged": True,
         "orphan_killed": True,
         "unrecognised_ignored": True,
-    }, completed.stderr[-3000:]
+    }
