@@ -21,13 +21,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Generator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exo_orphan_guard import patching, scenarios, settings
 from exo_orphan_guard.identity import identity_of
+from exo_orphan_guard.sweeping import sweep
 from tests.helpers.processes import kill_all
 
 REPO = Path(__file__).resolve().parents[1]
@@ -230,6 +233,36 @@ def test_exos_real_runner_dies_with_its_worker_only_when_guarded(
         os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
         exits = scenarios.wait_gone([runner], 1.0)
         assert (exits[runner] is not None) == guard, exits
+
+
+@versions
+def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
+    version: str, work: Path, venv_cache: Path, tmp_path: Path
+) -> None:
+    tree = exo_tree(work, version, patched=False)
+    venv = exo_venv(tree, venv_cache, runner=True)
+    with exo_worker(tree, venv, version, guard=False) as report:
+        runner = identity_of(report["runner_pid"])
+        assert runner is not None
+        trackers = [
+            identity
+            for child in psutil.Process(report["worker_pid"]).children()
+            if "resource_tracker" in " ".join(child.cmdline())
+            for identity in [identity_of(child.pid)]
+            if identity is not None
+        ]
+        os.kill(report["worker_pid"], signal.SIGKILL)
+        time.sleep(1.0)
+        assert scenarios.alive([runner]) == [runner], "unpatched exo should leave an orphan"
+        swept = sweep(registry_dir=tmp_path / "registry", grace=1.0)
+        ours = [verdict for verdict in swept.targets if verdict.pid == runner.pid]
+        assert [verdict.rule for verdict in ours] == ["fingerprint"], swept.verdicts
+        assert scenarios.wait_gone([runner], 3.0)[runner] is not None
+        # multiprocessing's resource tracker is no runner: it leaves by itself.
+        assert trackers and all(
+            seen is not None for seen in scenarios.wait_gone(trackers, 5.0).values()
+        )
+        assert all(killed.target not in trackers for killed in swept.results)
 
 
 def run_check(script: str, version: str, work: Path, venv_cache: Path) -> dict[str, object]:
