@@ -124,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"exo-orphan-guard: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as error:  # an unreadable --dir or --exo, say: one line, no traceback
+        print(f"exo-orphan-guard: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("exo-orphan-guard: interrupted", file=sys.stderr)
         return 130

@@ -64,8 +64,8 @@ def gather(exo_tree: Path | None) -> NodeFacts:
     path = settings.registry_dir()
     registry, problem = Registry.open(path, create=False)
     warnings: list[str] = []
-    records = len(registry.load()[0]) if registry is not None else 0
     table, verdicts = judge(registry, SweepOptions(), warnings)
+    records = len({verdict.record.path for verdict in verdicts if verdict.record is not None})
     runners = tuple(
         info
         for info in table.processes.values()

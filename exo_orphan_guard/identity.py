@@ -37,8 +37,12 @@ class ProcessIdentity:
 
 
 def identity_of(pid: int) -> ProcessIdentity | None:
-    """The live process now holding `pid`, or None if there is none (zombies: None)."""
-    start = system.read_start(pid)
+    """The live process now holding `pid`; None if there is none (zombies included) or
+    it cannot be read, so nothing is ever done to a process that was not identified."""
+    try:
+        start = system.read_start(pid)
+    except PermissionError:
+        return None
     if start is None or start.exited:
         return None
     return ProcessIdentity(Pid(pid), start.started)

@@ -148,6 +148,11 @@ def record_file_problem(info: os.stat_result, uid: int) -> str | None:
 
 
 @final
+class LockUnavailableError(OSError):
+    """The lock file cannot be opened (a read-only or full disk, say)."""
+
+
+@final
 class Registry:
     """A registry directory that passed the ownership and mode checks."""
 
@@ -232,9 +237,17 @@ class Registry:
 
     @contextlib.contextmanager
     def locked(self, timeout: float) -> Generator[bool]:
-        """Serialise sweeps; yields False (and does not wait longer) on timeout."""
+        """Serialise sweeps; yields False (and does not wait longer) on timeout.
+
+        LockUnavailableError, before anything is yielded, if there is no lock file.
+        """
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.path / LOCK_NAME, flags, 0o600)
+        try:
+            fd = os.open(self.path / LOCK_NAME, flags, 0o600)
+        except OSError as error:
+            raise LockUnavailableError(
+                error.errno, f"orphan registry {self.path}: no lock file ({error.strerror})"
+            ) from error
         try:
             deadline = time.monotonic() + timeout
             while True:

@@ -18,6 +18,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -201,7 +202,7 @@ def stop(group: RunningGroup) -> None:
     leftovers = alive(list(group.ranks.values()))
     for identity in leftovers:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(identity.pid, 9)
+            os.kill(identity.pid, signal.SIGKILL)
     wait_gone(leftovers, 5.0)
 
 

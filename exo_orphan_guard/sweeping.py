@@ -22,7 +22,7 @@ from . import killing, process_table, settings
 from .identity import liveness
 from .killing import KillResult
 from .process_table import ProcessTable
-from .registry import LoadedRecord, Registry
+from .registry import LoadedRecord, LockUnavailableError, Registry
 from .verdicts import SweepOptions, Verdict, decide
 
 P = ParamSpec("P")
@@ -123,12 +123,17 @@ def sweep(
         table, verdicts = judge(registry, options, warnings)
         results = [] if dry_run else _act(registry, table, verdicts, grace, kill_wait)
         return report(verdicts, results)
-    with registry.locked(lock_timeout) as acquired:
-        if not acquired:
-            return report([], [], locked=False)
-        registry.remove_stale_temporaries(time.time())
-        table, verdicts = judge(registry, options, warnings)
-        return report(verdicts, _act(registry, table, verdicts, grace, kill_wait))
+    try:
+        with registry.locked(lock_timeout) as acquired:
+            if not acquired:
+                return report([], [], locked=False)
+            registry.remove_stale_temporaries(time.time())
+            table, verdicts = judge(registry, options, warnings)
+            return report(verdicts, _act(registry, table, verdicts, grace, kill_wait))
+    except LockUnavailableError as error:
+        warnings.append(f"{error.strerror}: sweeping without it")
+    table, verdicts = judge(registry, options, warnings)
+    return report(verdicts, _act(registry, table, verdicts, grace, kill_wait))
 
 
 def _in_worker_thread(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:

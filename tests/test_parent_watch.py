@@ -68,7 +68,7 @@ def test_guard_off_the_same_runners_are_left_alive(
     assert all(latency is None for latency in latencies.values()), latencies
 
 
-def test_bad_toggle_value_warns_once_and_leaves_the_guard_off(start_worker: StartWorker) -> None:
+def test_a_bad_toggle_value_leaves_the_guard_off(start_worker: StartWorker) -> None:
     worker = start_worker(["idle"], extra_env={settings.TOGGLE_ENV: "maybe"})
     assert kill_and_wait(worker, 0.5) == {f"idle:{worker.runners[0].identity.pid}": None}
 
@@ -128,13 +128,19 @@ def test_orphans_reparented_to_a_subreaper_not_pid_1(
         assert len(result["alive_after"]) == result["tracked"], result
 
 
-def test_killing_one_runner_spares_its_worker_and_siblings(start_worker: StartWorker) -> None:
+def test_killing_one_runner_spares_its_worker_and_siblings(
+    start_worker: StartWorker, isolated_environment: Path
+) -> None:
     worker = start_worker(["idle", "gil", "child"])
     victim, *siblings = worker.runners
+    record = isolated_environment / f"runner-{victim.identity.pid}.json"
+    assert record.exists()
     os.kill(victim.identity.pid, signal.SIGKILL)
     exits = scenarios.wait_gone(list(victim.tree), GONE_WITHIN_SECONDS)
-    # The victim's watchdog goes with it: it never outlives its runner.
+    # The victim's watchdog goes with it, never outliving its runner, and takes the
+    # record of a runner that died while its worker lives.
     assert all(seen is not None for seen in exits.values()), exits
+    assert not record.exists()
     time.sleep(0.5)
     assert worker.process.poll() is None
     survivors = [identity for sibling in siblings for identity in sibling.tree]

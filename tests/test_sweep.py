@@ -398,6 +398,22 @@ def test_a_held_lock_makes_a_sweep_wait(isolated_environment: Path) -> None:
     assert waited[0] >= 0.45
 
 
+def test_a_lock_file_that_cannot_be_opened_is_a_warning(
+    exo_python: str, isolated_environment: Path
+) -> None:
+    registry, _ = Registry.open(isolated_environment, create=True)
+    assert registry is not None
+    (isolated_environment / "sweep.lock").mkdir()  # open(O_RDWR) fails: EISDIR
+    worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
+    try:
+        (runner,) = orphaned_runners(worker)
+        report = sweep(grace=0.2)
+        assert any("no lock file" in warning for warning in report.warnings), report.warnings
+        assert runner.pid in killed_pids(report) and gone([runner])
+    finally:
+        scenarios.cleanup(worker)
+
+
 def test_a_sweep_racing_process_churn_never_crashes(exo_python: str) -> None:
     stop = threading.Event()
 

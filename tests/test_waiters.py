@@ -51,12 +51,18 @@ def test_poll_waiter_wakes_within_its_interval(
     assert latency < waiters.POLL_INTERVAL_SECONDS * 3
 
 
-def test_pidfd_waiter_returns_at_once_for_a_reused_pid() -> None:
+@pytest.mark.parametrize("name", ["pidfd", "poll"])
+def test_a_reused_pid_counts_as_gone_at_once(name: waiters.WaiterName) -> None:
+    if name == "pidfd" and not waiters.can_use_pidfd():
+        pytest.skip("needs pidfd_open (Linux >= 5.3)")
     me = current_identity()
-    impostor = ProcessIdentity(me.pid, me.started - 1.0)
-    if waiters.can_use_pidfd():
-        waiters.wait_pidfd(impostor)
-    waiters.wait_poll(impostor)
+    impostor = ProcessIdentity(me.pid, me.started - 1.0)  # our pid, someone else's start
+    done = threading.Event()
+    thread = threading.Thread(
+        target=lambda: (waiters.WAITERS[name](impostor), done.set()), daemon=True
+    )
+    thread.start()
+    assert done.wait(1.0), "waited on a live process that only shares the dead one's pid"
 
 
 def test_sentinel_waiter_is_unavailable_outside_a_multiprocessing_child() -> None:
