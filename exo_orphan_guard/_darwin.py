@@ -10,25 +10,33 @@ import subprocess
 from collections.abc import Callable
 
 from ._posix import (
+    PIPES_VISIBLE,
     become_child_subreaper,
     boot_id,
     child_pids,
+    environment_value,
     forked_by_main_thread,
     group_members,
+    is_stopped,
     iter_command_lines,
     parent_pid,
+    pipe_inodes,
     read_start,
     set_parent_death_signal,
 )
 
 __all__ = [
+    "PIPES_VISIBLE",
     "become_child_subreaper",
     "boot_id",
     "child_pids",
+    "environment_value",
     "forked_by_main_thread",
     "group_members",
+    "is_stopped",
     "iter_command_lines",
     "parent_pid",
+    "pipe_inodes",
     "read_start",
     "set_parent_death_signal",
     "stuck_state",

@@ -20,6 +20,9 @@ _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _EXITED_STATES: Final = frozenset({"Z", "X", "x"})
 
+PIPES_VISIBLE: Final = True
+"""`pipe_inodes` answers for processes of this user."""
+
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -31,10 +34,19 @@ class StatFields:
 
 
 def read_stat(pid: int) -> StatFields | None:
+    """None once the process is gone; PermissionError if it exists but cannot be read.
+
+    Only ENOENT and ESRCH mean gone: EMFILE, EACCES and the like say nothing about the
+    process, and a sweep that took them for "gone" would judge on a guess.
+    """
     try:
         data = _read_small(f"/proc/{pid}/stat")
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    except OSError as error:
+        raise _unreadable(pid, error) from error
+    if not data:
+        return None  # the process was reaped between open and read
     # comm (field 2) may hold spaces and parentheses: split after its last ')'.
     fields = data[data.rindex(b")") + 2 :].split()
     return StatFields(
@@ -53,6 +65,7 @@ def read_start(pid: int) -> ProcessStart | None:
 
 
 def parent_pid(pid: int) -> int | None:
+    """None once gone; PermissionError if unreadable."""
     stat = read_stat(pid)
     return None if stat is None else stat.ppid
 
@@ -103,8 +116,59 @@ def child_pids(pid: int) -> list[Pid]:
 
 def stuck_state(pid: int) -> str | None:
     """'D' for uninterruptible sleep, the state in which even SIGKILL waits."""
-    stat = read_stat(pid)
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return None
     return "D" if stat is not None and stat.state == "D" else None
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return False
+    return stat is not None and stat.state in ("T", "t")
+
+
+def pipe_inodes(pid: int) -> frozenset[int] | None:
+    """The pipes `pid` holds open (by inode); None if its descriptors cannot be read.
+
+    A multiprocessing spawn child holds the write end of a pipe whose read end its
+    spawner keeps as the child's sentinel, for as long as the child lives. A process
+    that merely adopted the child (a subreaper) holds no such pipe.
+    """
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    inodes: set[int] = set()
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except FileNotFoundError:
+            continue  # closed meanwhile
+        except OSError:
+            return None
+        if target.startswith("pipe:["):
+            inodes.add(int(target[6:-1]))
+    return frozenset(inodes)
+
+
+def environment_value(pid: int, name: str) -> str | None:
+    """`name` in the environment `pid` started with; None if unset. PermissionError if
+    the environment cannot be read (it may be set: callers must not assume it is not)."""
+    try:
+        data = _read_all(f"/proc/{pid}/environ")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as error:
+        raise _unreadable(pid, error) from error
+    prefix = name.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
 
 
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
@@ -125,7 +189,10 @@ def group_members(groups: Collection[int]) -> list[Pid]:
     found: list[Pid] = []
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = read_stat(int(name))
+            try:
+                stat = read_stat(int(name))
+            except PermissionError:
+                continue  # unread, so never claimed as a member
             if stat is not None and stat.pgrp in groups:
                 found.append(Pid(int(name)))
     return found
@@ -148,6 +215,10 @@ def _read_all(path: str) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _unreadable(pid: int, error: OSError) -> PermissionError:
+    return PermissionError(error.errno, f"cannot read process {pid}: {error.strerror}")
 
 
 @cache

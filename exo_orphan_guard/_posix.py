@@ -8,10 +8,13 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterator
 from functools import cache
+from typing import Final
 
 import psutil
 
 from ._common import Pid, ProcessStart
+
+PIPES_VISIBLE: Final = False
 
 
 def read_start(pid: int) -> ProcessStart | None:
@@ -31,10 +34,13 @@ def read_start(pid: int) -> ProcessStart | None:
 
 
 def parent_pid(pid: int) -> int | None:
+    """None once gone; PermissionError if unreadable."""
     try:
         return psutil.Process(pid).ppid()
-    except psutil.Error:
+    except psutil.NoSuchProcess:
         return None
+    except psutil.AccessDenied as error:
+        raise PermissionError(f"cannot read process {pid}") from error
 
 
 @cache
@@ -69,6 +75,26 @@ def stuck_state(pid: int) -> str | None:
         return "D" if psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP else None
     except psutil.Error:
         return None
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
+def pipe_inodes(pid: int) -> frozenset[int] | None:
+    """Not visible through psutil: the sweep then never tells a spawner by its pipes."""
+    del pid
+    return None
+
+
+def environment_value(pid: int, name: str) -> str | None:
+    """Another process's environment cannot be read here (macOS hides it since Big
+    Sur), so no claim can rest on it."""
+    del name
+    raise PermissionError(f"cannot read the environment of process {pid} here")
 
 
 def group_members(groups: Collection[int]) -> list[Pid]:

@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="with --match: whatever their parent (ranks under a stuck sshd)",
         )
+        command.add_argument(
+            "--all-users",
+            action="store_true",
+            help="root only: also other users' processes (never the default)",
+        )
         if name == "scan":
             command.add_argument(
                 "--all", action="store_true", help="also show what was spared, and why"
@@ -159,6 +164,7 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
             fingerprint=not arguments.registry_only,
             match=arguments.match,
             any_parent=arguments.any_parent,
+            all_users=arguments.all_users,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error

@@ -2,7 +2,8 @@
 
 Each orphan's tree is frozen (SIGSTOP) before it is read, so no process can fork a
 child behind the sweep's back, and frozen again before SIGKILL: an orphan still
-starting up may be spawning a child at the very moment it is found.
+starting up may be spawning a child at the very moment it is found. Every stop is
+journaled first and undone however the sweep ends (`freeze_journal`).
 
 A process still there after SIGKILL is stuck in the kernel: Linux state D, or macOS
 state U (ranks in the RDMA driver), which only a reboot ends. It is reported, with
@@ -22,7 +23,9 @@ import psutil
 
 from . import system
 from ._common import Pid
+from .freeze_journal import FreezeJournal
 from .identity import ProcessIdentity, identity_of, liveness
+from .process_table import is_guard_command
 
 SignalSender = Callable[[int, int], None]
 send_signal: SignalSender = os.kill
@@ -56,48 +59,90 @@ class KillResult:
 
 @final
 class _Family:
-    """A target and every descendant found so far, all owned by `uid`."""
+    """A target and every descendant found so far that it may signal."""
 
     def __init__(self, target: ProcessIdentity) -> None:
         self.target = target
+        self.uid = _uid_of(target.pid)
         self.members: list[ProcessIdentity] = [target]
         self.sent: list[str] = []
 
 
+@final
+class _Freezer:
+    """Stops members, each written to the journal first; none without a journal."""
+
+    def __init__(self, journal: FreezeJournal | None) -> None:
+        self._journal = journal
+        self._stopped: list[ProcessIdentity] = []
+
+    def stop(self, member: ProcessIdentity) -> None:
+        if (
+            self._journal is not None
+            and member not in self._stopped
+            and self._journal.add(member)
+            and _send(member, signal.SIGSTOP)
+        ):
+            self._stopped.append(member)
+
+    def release(self) -> None:
+        """Continue whatever is stopped and still there, however `execute` ended."""
+        for member in self._stopped:
+            _send(member, signal.SIGCONT)
+
+
 def execute(
     targets: Sequence[ProcessIdentity],
-    uid: int,
     protected: Collection[int],
     grace: float,
     kill_wait: float,
+    journal: FreezeJournal | None,
 ) -> list[KillResult]:
+    """Kill each target and its descendants. With a `journal`, each tree is frozen
+    while it is read; without one nothing is ever stopped (a sweeper that died would
+    leave it stopped), and the tree is read again right before SIGKILL instead."""
     families = [_Family(target) for target in targets]
     claimed: set[int] = {target.pid for target in targets} | set(protected)
-    _freeze(families, uid, claimed)
-    if grace > 0:
-        _signal(families, signal.SIGTERM, "SIGTERM")
-        _signal(families, signal.SIGCONT, None)  # a stopped process acts on TERM once continued
-        _wait_until_gone(families, grace)
-        _freeze(families, uid, claimed)
-    _signal(families, signal.SIGKILL, "SIGKILL")
-    _wait_until_gone(families, kill_wait)
+    freezer = _Freezer(journal)
+    try:
+        _gather(families, claimed, freezer)
+        if grace > 0:
+            _signal(families, signal.SIGTERM, "SIGTERM")
+            _signal(families, signal.SIGCONT, None)  # a stopped process acts on TERM once continued
+            _wait_until_gone(families, grace)
+            _gather(families, claimed, freezer)
+        _signal(families, signal.SIGKILL, "SIGKILL")
+        _wait_until_gone(families, kill_wait)
+    finally:
+        freezer.release()
     return [_result(family) for family in families]
 
 
-def _freeze(families: Sequence[_Family], uid: int, claimed: set[int]) -> None:
-    """SIGSTOP every member, then look for new descendants, until none appear."""
-    stopped: set[ProcessIdentity] = set()
+def preview(
+    targets: Sequence[ProcessIdentity], protected: Collection[int]
+) -> dict[Pid, tuple[Pid, ...]]:
+    """What `execute` would signal besides each target (its descendants), signalling
+    nothing: what `scan` and `--dry-run` list."""
+    families = [_Family(target) for target in targets]
+    _gather(families, {target.pid for target in targets} | set(protected), _Freezer(None))
+    return {
+        family.target.pid: tuple(member.pid for member in family.members[1:]) for family in families
+    }
+
+
+def _gather(families: Sequence[_Family], claimed: set[int], freezer: _Freezer) -> None:
+    """Stop every member (if journaled), then look for new descendants, until none
+    appear. A descendant is taken only if it has the target's user and is not another
+    exo-orphan-guard process."""
     while True:
         for family in families:
             for member in family.members:
-                if member not in stopped:
-                    stopped.add(member)
-                    _send(member, signal.SIGSTOP)
+                freezer.stop(member)
         grew = False
         for family in families:
             for member in list(family.members):
                 for pid in system.child_pids(member.pid):
-                    if pid in claimed or not _owned_by(pid, uid):
+                    if pid in claimed or not _may_signal(pid, family.uid):
                         continue
                     child = identity_of(pid)
                     if child is not None:
@@ -150,8 +195,21 @@ def _result(family: _Family) -> KillResult:
     )
 
 
-def _owned_by(pid: int, uid: int) -> bool:
+def _uid_of(pid: int) -> int | None:
     try:
-        return psutil.Process(pid).uids().effective == uid
+        return psutil.Process(pid).uids().effective
+    except psutil.Error:
+        return None
+
+
+def _may_signal(pid: int, uid: int | None) -> bool:
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return (
+                uid is not None
+                and process.uids().effective == uid
+                and not is_guard_command(process.cmdline())
+            )
     except psutil.Error:
         return False

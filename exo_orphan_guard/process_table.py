@@ -12,9 +12,9 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeVar, final
+from typing import Final, Literal, TypeVar, final
 
 import psutil
 
@@ -22,11 +22,32 @@ from . import system
 from ._common import Pid
 from .exo_detect import ExoExecutables
 from .identity import ProcessIdentity, current_identity
+from .settings import RUNNER_ENV
 
 SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
 _SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
+GUARD_COMMAND: Final = "exo-orphan-guard"
+_GUARD_MODULES: Final = frozenset({"exo_orphan_guard", "exo_orphan_guard.cli"})
 T = TypeVar("T")
 _MAX_DEPTH: Final = 256
+
+
+def is_guard_command(argv: Sequence[str]) -> bool:
+    """`exo-orphan-guard ...` or `python -m exo_orphan_guard ...`: another sweep (or a
+    wrapper), which no sweep may signal, whatever it matches."""
+    if not argv:
+        return False
+    if os.path.basename(argv[0]) == GUARD_COMMAND:
+        return True
+    if not os.path.basename(argv[0]).startswith("python"):
+        return False
+    words = iter(argv[1:])
+    for word in words:
+        if word == "-m":
+            return next(words, "") in _GUARD_MODULES
+        if not word.startswith("-"):
+            return os.path.basename(word) == GUARD_COMMAND
+    return False
 
 
 @final
@@ -43,6 +64,12 @@ class ProcessInfo:
     create_time: float
     runs_exo: bool
     pgid: int | None = None
+    pipes: frozenset[int] | None = None
+    """Pipe inodes it holds, read for spawn children and their parents; None: unknown."""
+    runner_marker: str | None = None
+    """EXO_ORPHAN_GUARD_RUNNER from its environment: the guarded runner it descends from
+    (read for members of dead runners' groups only)."""
+    marker_readable: bool = False
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -56,6 +83,10 @@ class ProcessInfo:
     def is_spawn_child(self) -> bool:
         return SPAWN_CHILD_FLAG in self.argv
 
+    @property
+    def is_guard(self) -> bool:
+        return is_guard_command(self.argv)
+
     def age_seconds(self, now: float) -> float:
         return max(0.0, now - self.create_time)
 
@@ -67,9 +98,15 @@ class ProcessTable:
     me: ProcessIdentity
     uid: int
     protected: frozenset[int]
-    """This process, its ancestors and its descendants: never killed by its own sweep."""
+    """This process, its ancestors and its descendants: never killed by its own sweep.
+    Also whatever could not be placed: a process whose ancestry cannot be read."""
     boot_id: str
     taken_at: float
+    unreadable: frozenset[int] = frozenset()
+    """Pids that exist but could not be read: never taken for gone."""
+    pipes_visible: bool = False
+    """Whether `ProcessInfo.pipes` can be read here (Linux), so that a live parent
+    holding none of a spawn child's pipes proves it is not the spawner."""
 
 
 def gather(
@@ -85,20 +122,27 @@ def gather(
     wanted: set[int] = set(interesting)
     if fingerprint or match is not None:
         wanted.update(_scan_command_lines(fingerprint, match))
-    if groups:
-        wanted.update(system.group_members(groups))
+    members: set[int] = set(system.group_members(groups)) if groups else set()
+    wanted.update(members)
     processes: dict[Pid, ProcessInfo] = {}
-    for pid in sorted(wanted):
+    unreadable: set[int] = set()
+
+    def describe(pid: int) -> None:
         info = _describe(pid)
-        if info is not None:
+        if info == "unreadable":
+            unreadable.add(pid)
+        elif info != "gone":
             processes[info.pid] = info
+
+    for pid in sorted(wanted):
+        describe(pid)
     # Parents decide whether a spawn child is an orphan: describe them too.
     for info in list(processes.values()):
         if info.ppid > 0 and info.ppid not in processes:
-            parent = _describe(info.ppid)
-            if parent is not None:
-                processes[parent.pid] = parent
+            describe(info.ppid)
     _mark_exo(processes)
+    _read_spawn_pipes(processes)
+    _read_runner_markers(processes, members)
     me = current_identity()
     return ProcessTable(
         processes=processes,
@@ -107,24 +151,43 @@ def gather(
         protected=frozenset(_protected(me.pid, processes)),
         boot_id=system.boot_id(),
         taken_at=time.time(),
+        unreadable=frozenset(unreadable),
+        pipes_visible=system.PIPES_VISIBLE,
     )
 
 
 def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
-    """Look on disk only where the fingerprint rule needs it: spawn children and
-    their parents."""
+    """Look on disk only where the fingerprint rule needs it: spawn children."""
     exo = ExoExecutables()
     for info in list(processes.values()):
-        if not info.is_spawn_child:
+        if info.is_spawn_child and exo.recognises(info.argv, info.exe):
+            processes[info.pid] = dataclasses.replace(info, runs_exo=True)
+
+
+def _read_spawn_pipes(processes: dict[Pid, ProcessInfo]) -> None:
+    """Pipes of exo's spawn children with a live parent, and of that parent."""
+    if not system.PIPES_VISIBLE:
+        return
+    for info in list(processes.values()):
+        parent = processes.get(Pid(info.ppid))
+        if not info.runs_exo or parent is None or parent.exited:
             continue
-        for pid in (info.pid, Pid(info.ppid)):
-            process = processes.get(pid)
-            if (
-                process is not None
-                and not process.runs_exo
-                and exo.recognises(process.argv, process.exe)
-            ):
-                processes[pid] = dataclasses.replace(process, runs_exo=True)
+        for pid in (info.pid, parent.pid):
+            process = processes[pid]
+            if process.pipes is None:
+                processes[pid] = dataclasses.replace(process, pipes=system.pipe_inodes(pid))
+
+
+def _read_runner_markers(processes: dict[Pid, ProcessInfo], members: Collection[int]) -> None:
+    for pid in members:
+        info = processes.get(Pid(pid))
+        if info is None:
+            continue
+        try:
+            marker = system.environment_value(pid, RUNNER_ENV)
+        except PermissionError:
+            continue
+        processes[info.pid] = dataclasses.replace(info, runner_marker=marker, marker_readable=True)
 
 
 def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> list[int]:
@@ -140,13 +203,13 @@ def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> lis
     return found
 
 
-def _describe(pid: int) -> ProcessInfo | None:
+def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
     try:
         start = system.read_start(pid)
     except PermissionError:
-        start = None
+        return "unreadable"
     if start is None:
-        return None
+        return "gone"
     try:
         process = psutil.Process(pid)
         with process.oneshot():
@@ -158,8 +221,10 @@ def _describe(pid: int) -> ProcessInfo | None:
             exe = _or_none(process.exe)
             rss = _or_none(lambda: process.memory_info().rss)
         pgid = os.getpgid(pid)
-    except (psutil.Error, ProcessLookupError):
-        return None
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return "gone"
+    except (psutil.Error, OSError):
+        return "unreadable"
     return ProcessInfo(
         pid=Pid(pid),
         ppid=ppid,
@@ -190,21 +255,26 @@ def _or_none(read: Callable[[], T]) -> T | None:
 
 
 def _protected(me: int, processes: Mapping[Pid, ProcessInfo]) -> set[int]:
-    """`me`, its ancestors, and those of `processes` that descend from it: found by
-    walking up from each (a few steps), never by walking down the whole tree."""
-    ancestors = _ancestry(me)
-    protected = {me, *ancestors}
+    """`me`, its ancestors, and those of `processes` that descend from it (or whose
+    ancestry cannot be read): found by walking up from each (a few steps), never by
+    walking down the whole tree."""
+    protected = {me, *(_ancestry(me) or ())}
     for pid in processes:
-        if me in _ancestry(pid):
+        ancestry = _ancestry(pid)
+        if ancestry is None or me in ancestry:
             protected.add(pid)
     return protected
 
 
-def _ancestry(pid: int) -> list[int]:
+def _ancestry(pid: int) -> list[int] | None:
+    """Parent, grandparent, ... up to pid 1; None if a link cannot be read."""
     chain: list[int] = []
     current: int | None = pid
     while current is not None and current > 1 and len(chain) < _MAX_DEPTH:
-        current = system.parent_pid(current)
+        try:
+            current = system.parent_pid(current)
+        except PermissionError:
+            return None
         if current is not None and current > 0:
             chain.append(current)
     return chain

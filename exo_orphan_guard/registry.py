@@ -6,6 +6,10 @@ the sweep re-checks every field against the live process before acting on it.
 
 Anything in the directory that another user could have written or swapped (foreign
 owner, group/other-writable, symlink) is refused with a warning and never acted on.
+
+Records live in a subdirectory per host (hostname, and on Linux the pid namespace):
+a home directory shared over NFS, or a volume shared by containers, holds records whose
+pids mean nothing here. A sweep reads, judges and deletes only its own host's.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import math
 import os
+import re
+import socket
 import stat
 import time
 from collections.abc import Generator, Mapping
@@ -34,6 +41,33 @@ LOCK_NAME: Final = "sweep.lock"
 MAX_RECORD_BYTES: Final = 64 * 1024
 STALE_TEMP_SECONDS: Final = 60.0
 _LOCK_POLL_SECONDS: Final = 0.05
+_HOST_PREFIX: Final = "host-"
+_PID_NAMESPACE: Final = "/proc/self/ns/pid"
+_MACHINE_ID: Final = "/etc/machine-id"
+
+
+def host_key() -> str:
+    """Names the pid space records are valid in: readable, and unique per machine and
+    per container (the pid namespace's inode differs in each, even on one kernel)."""
+    hostname = socket.gethostname()
+    parts = [hostname]
+    for path, read in ((_PID_NAMESPACE, os.readlink), (_MACHINE_ID, _read_text)):
+        try:
+            parts.append(read(path))
+        except OSError:
+            parts.append("-")
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", hostname.split(".")[0])[:40] or "host"
+    return f"{_HOST_PREFIX}{readable}-{digest}"
+
+
+def host_directory(base: Path) -> Path:
+    return base / host_key()
+
+
+def _read_text(path: str) -> str:
+    with open(path) as file:
+        return file.read().strip()
 
 
 @final
@@ -160,23 +194,26 @@ class Registry:
         self.path = path
 
     @staticmethod
-    def open(path: Path, *, create: bool) -> tuple[Registry | None, str | None]:
-        """The registry at `path`, or None and a one-line reason to warn with."""
+    def open(base: Path, *, create: bool) -> tuple[Registry | None, str | None]:
+        """This host's registry under `base`, or None and a one-line reason to warn with
+        (None and no reason: there is none yet)."""
         uid = os.geteuid()
-        if create:
+        path = host_directory(base)
+        for directory in (base, path):
+            if create:
+                try:
+                    directory.mkdir(mode=0o700, exist_ok=True, parents=directory == base)
+                except OSError as error:
+                    return None, f"orphan registry {directory}: cannot create it ({error.strerror})"
             try:
-                path.mkdir(mode=0o700, parents=True, exist_ok=True)
+                info = os.lstat(directory)
+            except FileNotFoundError:
+                return None, None
             except OSError as error:
-                return None, f"orphan registry {path}: cannot create it ({error.strerror})"
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            return None, None
-        except OSError as error:
-            return None, f"orphan registry {path}: cannot read it ({error.strerror})"
-        problem = directory_problem(info, uid)
-        if problem is not None:
-            return None, f"orphan registry {path} {problem}: refusing to use it"
+                return None, f"orphan registry {directory}: cannot read it ({error.strerror})"
+            problem = directory_problem(info, uid)
+            if problem is not None:
+                return None, f"orphan registry {directory} {problem}: refusing to use it"
         return Registry(path), None
 
     def record_path(self, pid: int) -> Path:
@@ -239,7 +276,8 @@ class Registry:
     def locked(self, timeout: float) -> Generator[bool]:
         """Serialise sweeps; yields False (and does not wait longer) on timeout.
 
-        LockUnavailableError, before anything is yielded, if there is no lock file.
+        LockUnavailableError, before anything is yielded, if there is no lock file or
+        the filesystem cannot lock it.
         """
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
@@ -259,6 +297,11 @@ class Registry:
                         yield False
                         return
                     time.sleep(_LOCK_POLL_SECONDS)
+                except OSError as error:  # ENOLCK: a filesystem without locks (NFS, say)
+                    raise LockUnavailableError(
+                        error.errno,
+                        f"orphan registry {self.path}: cannot lock it ({error.strerror})",
+                    ) from error
             yield True
         finally:
             os.close(fd)

@@ -26,7 +26,7 @@ def to_json(report: SweepReport, command: str) -> str:
         "elapsed_s": round(report.elapsed_seconds, 4),
         "exit_code": report.exit_code,
         "summary": report.summary(),
-        "suspects": [_suspect(verdict, now) for verdict in report.targets],
+        "suspects": [_suspect(verdict, now, report) for verdict in report.targets],
         "results": [_result(result) for result in report.results],
         "spared": [
             {"pid": verdict.pid, "reason": verdict.reason, "argv": _argv(verdict.process)}
@@ -38,6 +38,8 @@ def to_json(report: SweepReport, command: str) -> str:
             for verdict in report.verdicts
             if verdict.action == "forget" and verdict.record is not None
         ],
+        "other_users_spared": report.other_users_spared,
+        "continued": [identity.pid for identity in report.continued],
         "warnings": list(report.warnings),
     }
     return json.dumps(document, indent=2)
@@ -60,6 +62,12 @@ def to_table(report: SweepReport, *, show_spared: bool = False) -> str:
                 f"{_text(process and process.status):<9} {verdict.rule or '':<16} "
                 f"{_who(verdict)}"
             )
+        for verdict in targets:
+            if family := report.would_signal.get(verdict.pid):
+                listed = " ".join(str(pid) for pid in family)
+                lines.append(f"{verdict.pid}: with it, its descendant(s) {listed}")
+    for identity in report.continued:
+        lines.append(f"continued {identity.pid}: a dead sweep had left it stopped")
     for result in report.results:
         lines.append(_result_line(result))
     if show_spared:
@@ -85,7 +93,7 @@ def _result_line(result: KillResult) -> str:
             return f"UNKILLABLE {pid}{state} (still there: {left}): {result.advice}"
 
 
-def _suspect(verdict: Verdict, now: float) -> dict[str, object]:
+def _suspect(verdict: Verdict, now: float, report: SweepReport) -> dict[str, object]:
     process = verdict.process
     return {
         "pid": verdict.pid,
@@ -99,6 +107,7 @@ def _suspect(verdict: Verdict, now: float) -> dict[str, object]:
         "labels": dict(verdict.labels),
         "exe": None if process is None else process.exe,
         "argv": _argv(process),
+        "descendants": list(report.would_signal.get(verdict.pid, ())),
     }
 
 

@@ -140,6 +140,8 @@ def _start_watch(labels: Mapping[str, str]) -> WatchPlan | None:
     if strategy.warning is not None:
         warn_once(strategy.warning)
     me = current_identity()
+    # Everything the runner starts inherits this: proof, later, of what it started.
+    os.environ[settings.RUNNER_ENV] = me.encode()
     worker = _recorded_worker()
     if worker is None or liveness(worker) == "gone":
         _die(me, None, "its worker died before the runner was guarded")

@@ -17,6 +17,9 @@ DIR_ENV: Final = "EXO_ORPHAN_GUARD_DIR"
 GRACE_ENV: Final = "EXO_ORPHAN_GUARD_GRACE"
 WORKER_ENV: Final = "EXO_ORPHAN_GUARD_WORKER"
 """Set by `prepare_worker()` in the worker and inherited by every runner it spawns."""
+RUNNER_ENV: Final = "EXO_ORPHAN_GUARD_RUNNER"
+"""Set by `guard_runner()` in the runner and inherited by everything it starts: on
+Linux, the proof that a process in a dead runner's group was started by that runner."""
 
 Strategy = Literal["auto", "pidfd", "kqueue", "sentinel", "poll", "pdeathsig", "watchdog"]
 STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)

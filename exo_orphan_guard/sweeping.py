@@ -11,15 +11,17 @@ import functools
 import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar, final
 
 import anyio.to_thread
 
 from . import killing, process_table, settings
-from .identity import liveness
+from ._common import Pid
+from .freeze_journal import FreezeJournal, thaw_abandoned
+from .identity import ProcessIdentity, current_identity, liveness
 from .killing import KillResult
 from .process_table import ProcessTable
 from .registry import LoadedRecord, LockUnavailableError, Registry
@@ -30,6 +32,7 @@ R = TypeVar("R")
 
 DEFAULT_KILL_WAIT_SECONDS: Final = 2.0
 DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 15.0
+_PASSES: Final = 2
 
 
 @final
@@ -42,6 +45,11 @@ class SweepReport:
     registry: Path | None
     elapsed_seconds: float
     lock_acquired: bool = True
+    would_signal: Mapping[Pid, tuple[Pid, ...]] = field(default_factory=dict[Pid, tuple[Pid, ...]])
+    """Dry runs: each target's descendants, which a sweep would signal with it."""
+    other_users_spared: int = 0
+    continued: tuple[ProcessIdentity, ...] = ()
+    """Processes a dead sweeper had left stopped, continued by this sweep."""
 
     @property
     def targets(self) -> tuple[Verdict, ...]:
@@ -62,11 +70,19 @@ class SweepReport:
         if not self.lock_acquired:
             return "another sweep held the registry lock: nothing done"
         if self.dry_run:
-            return f"{len(self.targets)} orphan(s) found, nothing killed (dry run)"
-        killed = sum(result.outcome != "unkillable" for result in self.results)
-        return (
-            f"{len(self.targets)} orphan(s) found, {killed} gone, {len(self.survivors)} unkillable"
-        )
+            text = f"{len(self.targets)} orphan(s) found, nothing killed (dry run)"
+        else:
+            killed = sum(result.outcome != "unkillable" for result in self.results)
+            text = (
+                f"{len(self.targets)} orphan(s) found, {killed} gone, "
+                f"{len(self.survivors)} unkillable"
+            )
+        if self.other_users_spared:
+            text += (
+                f"; {self.other_users_spared} matching process(es) of other users spared "
+                "(never touched unless --all-users)"
+            )
+        return text
 
 
 def sweep(
@@ -78,23 +94,26 @@ def sweep(
     fingerprint: bool = True,
     match: str | re.Pattern[str] | None = None,
     any_parent: bool = False,
+    all_users: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
-    Targets: recorded runners whose recorded worker is gone; with `fingerprint`, exo
-    spawn children whose parent is not a live exo process; with `match`, processes
-    whose command line matches and that were reparented (or, with `any_parent`, any).
-    Never: this process, its ancestors and descendants, other users' processes, a
-    process whose start time or command line differs from its record.
+    Targets: recorded runners whose recorded worker is gone, and what they provably
+    started; with `fingerprint`, exo spawn children whose spawner is gone; with
+    `match`, processes whose command line matches and that were reparented (or, with
+    `any_parent`, any). Never: this process, its ancestors and descendants, another
+    exo-orphan-guard process, other users' processes (unless `all_users`, root only),
+    a process whose start time or command line differs from its record, a process it
+    cannot read.
 
     `grace` (default EXO_ORPHAN_GUARD_GRACE, else 2 s) separates SIGTERM from SIGKILL.
-    Raises ValueError for a bad `match` or `any_parent` without `match`; everything
-    else wrong (unreadable registry, corrupt records, racing processes) becomes a
-    warning in the report.
+    Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
+    without root; everything else wrong (unreadable registry, corrupt records, racing
+    processes) becomes a warning in the report.
     """
     started = time.monotonic()
-    options = _options(fingerprint, match, any_parent)
+    options = _options(fingerprint, match, any_parent, all_users)
     warnings: list[str] = []
     if grace is None:
         parsed = settings.parse_grace(os.environ.get(settings.GRACE_ENV))
@@ -102,38 +121,97 @@ def sweep(
         if parsed.warning is not None:
             warnings.append(parsed.warning)
     path = registry_dir if registry_dir is not None else settings.registry_dir()
-    registry, problem = Registry.open(path, create=False)
+    registry, problem = Registry.open(path, create=not dry_run)
     if problem is not None:
         warnings.append(problem)
 
-    def report(
-        verdicts: Sequence[Verdict], results: Sequence[KillResult], locked: bool = True
-    ) -> SweepReport:
+    def report(outcome: _Outcome, locked: bool = True) -> SweepReport:
         return SweepReport(
-            verdicts=tuple(verdicts),
-            results=tuple(results),
+            verdicts=outcome.verdicts,
+            results=outcome.results,
             warnings=tuple(warnings),
             dry_run=dry_run,
             registry=None if registry is None else registry.path,
             elapsed_seconds=time.monotonic() - started,
             lock_acquired=locked,
+            would_signal=outcome.would_signal,
+            other_users_spared=sum(
+                verdict.action == "spare"
+                and verdict.process is not None
+                and verdict.process.uid != os.geteuid()
+                for verdict in outcome.verdicts
+            ),
+            continued=outcome.continued,
         )
 
-    if registry is None or dry_run:
+    if dry_run:
         table, verdicts = judge(registry, options, warnings)
-        results = [] if dry_run else _act(registry, table, verdicts, grace, kill_wait)
-        return report(verdicts, results)
+        return report(_Outcome(verdicts, (), killing.preview(_targets(verdicts), table.protected)))
+    if registry is None:
+        return report(_kill_orphans(None, options, warnings, grace, kill_wait))
     try:
         with registry.locked(lock_timeout) as acquired:
             if not acquired:
-                return report([], [], locked=False)
+                return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
-            table, verdicts = judge(registry, options, warnings)
-            return report(verdicts, _act(registry, table, verdicts, grace, kill_wait))
+            return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
     except LockUnavailableError as error:
         warnings.append(f"{error.strerror}: sweeping without it")
-    table, verdicts = judge(registry, options, warnings)
-    return report(verdicts, _act(registry, table, verdicts, grace, kill_wait))
+    return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    verdicts: tuple[Verdict, ...]
+    results: tuple[KillResult, ...]
+    would_signal: Mapping[Pid, tuple[Pid, ...]] = field(default_factory=dict[Pid, tuple[Pid, ...]])
+    continued: tuple[ProcessIdentity, ...] = ()
+
+
+def _kill_orphans(
+    registry: Registry | None,
+    options: SweepOptions,
+    warnings: list[str],
+    grace: float,
+    kill_wait: float,
+) -> _Outcome:
+    """Judge and act; once more if a recorded runner that led its own process group
+    went meanwhile, so that what it left in its group is judged on the same records
+    (a runner can die between the snapshot and the kill, its children reparented
+    out of reach of the tree walk)."""
+    continued: list[ProcessIdentity] = []
+    journal: FreezeJournal | None = None
+    if registry is not None:
+        continued = thaw_abandoned(registry.path)
+        journal = FreezeJournal.create(registry.path, current_identity())
+    verdicts: list[Verdict] = []
+    results: list[KillResult] = []
+    try:
+        for _ in range(_PASSES):
+            table, judged = judge(registry, options, warnings)
+            acted = _act(registry, table, judged, grace, kill_wait, journal)
+            seen = {(verdict.pid, verdict.action) for verdict in verdicts}
+            verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
+            results.extend(acted)
+            if not _left_groups(judged, acted):
+                break
+    finally:
+        if journal is not None:
+            journal.close()
+    return _Outcome(tuple(verdicts), tuple(results), continued=tuple(continued))
+
+
+def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> bool:
+    """Whether a recorded runner that led its own group is gone after this pass."""
+    gone = {result.target.pid for result in results if result.outcome != "unkillable"}
+    return any(
+        verdict.pid in gone
+        and verdict.record is not None
+        and verdict.record.record.pgid == verdict.record.record.pid
+        for verdict in verdicts
+        if verdict.rule == "registry"
+    )
 
 
 def _in_worker_thread(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
@@ -148,10 +226,12 @@ sweep_async = _in_worker_thread(sweep)
 
 
 def _options(
-    fingerprint: bool, match: str | re.Pattern[str] | None, any_parent: bool
+    fingerprint: bool, match: str | re.Pattern[str] | None, any_parent: bool, all_users: bool
 ) -> SweepOptions:
     if any_parent and match is None:
         raise ValueError("--any-parent needs --match: it never applies to exo's own runners")
+    if all_users and os.geteuid() != 0:
+        raise ValueError("--all-users needs root: only root may signal other users' processes")
     if isinstance(match, str):
         try:
             match = re.compile(match)
@@ -159,7 +239,9 @@ def _options(
             raise ValueError(
                 f"--match {match!r} is not a valid regular expression: {error}"
             ) from error
-    return SweepOptions(fingerprint=fingerprint, match=match, any_parent=any_parent)
+    return SweepOptions(
+        fingerprint=fingerprint, match=match, any_parent=any_parent, all_users=all_users
+    )
 
 
 def judge(
@@ -185,22 +267,43 @@ def judge(
     return table, decide(table, records, options)
 
 
+def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
+    return [
+        verdict.process.identity
+        for verdict in verdicts
+        if verdict.action == "kill" and verdict.process is not None
+    ]
+
+
 def _act(
     registry: Registry | None,
     table: ProcessTable,
     verdicts: Sequence[Verdict],
     grace: float,
     kill_wait: float,
+    journal: FreezeJournal | None,
 ) -> list[KillResult]:
-    targets = [
-        verdict.process.identity
-        for verdict in verdicts
-        if verdict.action == "kill" and verdict.process is not None
-    ]
-    results = killing.execute(targets, table.uid, table.protected, grace, kill_wait)
+    results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal)
     if registry is not None:
-        gone = {result.target.pid for result in results if result.outcome != "unkillable"}
-        for verdict in verdicts:
-            if verdict.record is not None and (verdict.action == "forget" or verdict.pid in gone):
-                registry.remove(verdict.record.path)
+        left = {result.target.pid for result in results if result.outcome == "unkillable"}
+        for path in _settled_records(verdicts, left):
+            registry.remove(path)
     return results
+
+
+def _settled_records(verdicts: Sequence[Verdict], left: Collection[int]) -> set[Path]:
+    """Records nothing more can come of: the runner is gone and every leftover of its
+    group went too. A runner killed now keeps its record until a pass finds it gone,
+    so that its group is judged; one without a group of its own needs no such pass."""
+    settled: set[Path] = set()
+    kept: set[Path] = set()
+    for verdict in verdicts:
+        if verdict.record is None:
+            continue
+        record = verdict.record.record
+        killed_alone = verdict.rule == "registry" and record.pgid != record.pid
+        if verdict.action == "forget" or (killed_alone and verdict.pid not in left):
+            settled.add(verdict.record.path)
+        elif verdict.rule == "registry-group" and verdict.pid in left:
+            kept.add(verdict.record.path)
+    return settled - kept

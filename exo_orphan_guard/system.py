@@ -6,39 +6,51 @@ import sys
 
 if sys.platform == "linux":
     from ._linux import (
+        PIPES_VISIBLE,
         become_child_subreaper,
         boot_id,
         child_pids,
+        environment_value,
         forked_by_main_thread,
         group_members,
+        is_stopped,
         iter_command_lines,
         parent_pid,
+        pipe_inodes,
         read_start,
         set_parent_death_signal,
         stuck_state,
     )
 elif sys.platform == "darwin":
     from ._darwin import (
+        PIPES_VISIBLE,
         become_child_subreaper,
         boot_id,
         child_pids,
+        environment_value,
         forked_by_main_thread,
         group_members,
+        is_stopped,
         iter_command_lines,
         parent_pid,
+        pipe_inodes,
         read_start,
         set_parent_death_signal,
         stuck_state,
     )
 else:
     from ._posix import (
+        PIPES_VISIBLE,
         become_child_subreaper,
         boot_id,
         child_pids,
+        environment_value,
         forked_by_main_thread,
         group_members,
+        is_stopped,
         iter_command_lines,
         parent_pid,
+        pipe_inodes,
         read_start,
         set_parent_death_signal,
         stuck_state,
@@ -65,14 +77,18 @@ def descendants(pid: int) -> list[Pid]:
 
 
 __all__ = [
+    "PIPES_VISIBLE",
     "become_child_subreaper",
     "boot_id",
     "child_pids",
     "descendants",
+    "environment_value",
     "forked_by_main_thread",
     "group_members",
+    "is_stopped",
     "iter_command_lines",
     "parent_pid",
+    "pipe_inodes",
     "read_start",
     "set_parent_death_signal",
     "stuck_state",

@@ -7,6 +7,7 @@ is only ever a target when one rule positively says so, and any doubt spares it.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ class SweepOptions:
     """Also target processes whose command line matches, if reparented to pid 1..."""
     any_parent: bool = False
     """...or whatever their parent (mlx.launch ranks under a stuck sshd)."""
+    all_users: bool = False
+    """Also other users' unrecorded processes (root only; never the default)."""
 
 
 @final
@@ -80,12 +83,14 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
 
     if record.boot_id != table.boot_id:
         return verdict("forget", "recorded before the last reboot")
+    if record.pid in table.unreadable:
+        return verdict("spare", "cannot read the process now holding its pid")
     process = table.processes.get(record.pid)
     if process is None or process.exited:
         return verdict("forget", "runner has exited")
     if process.started != record.started:
         return verdict("forget", "pid now belongs to another process (pid reuse)")
-    protection = _protection(table, process)
+    protection = _protection(table, process, all_users=False)
     if protection is not None:
         return verdict("spare", protection, process)
     if record.uid != table.uid:
@@ -96,7 +101,7 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
         )
     if record.worker == table.me:
         return verdict("spare", "runner of this worker", process)
-    if _alive_in(table, record.worker):
+    if _maybe_alive(table, record.worker):
         return verdict("spare", f"its worker {record.worker.pid} is alive", process)
     return verdict("kill", f"its worker {record.worker.pid} is gone", process)
 
@@ -104,33 +109,56 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
 def _group_leftovers(table: ProcessTable, forgotten: Verdict) -> list[Verdict]:
     """What a dead guarded runner started, still in the process group it led.
 
-    The runner is gone (PR_SET_PDEATHSIG took it, say) but its children live on in its
-    group. While any member lives, the kernel never hands the group's id out again, so
-    a member of it is the dead runner's descendant for certain.
+    The group id alone proves nothing: once the group empties, the runner's pid (and
+    with it the group id) can be handed to a new process that leads a group of its
+    own. So a member counts only with proof of descent: it started no earlier than
+    the runner, and it carries the runner's identity in the environment it inherited
+    (`guard_runner` sets it before anything is started). Where environments cannot be
+    read (macOS), members are spared.
     """
     record = forgotten.record.record if forgotten.record is not None else None
     if record is None or record.pgid != record.pid or forgotten.process is not None:
         return []
-    if record.boot_id != table.boot_id or _alive_in(table, record.worker):
+    if record.boot_id != table.boot_id or _maybe_alive(table, record.worker):
         return []
-    leader = table.processes.get(record.pid)
-    if leader is not None and not leader.exited:
+    holder = table.processes.get(record.pid)
+    if record.pid in table.unreadable or (holder is not None and holder.started != record.started):
         return []  # the pid was reused: its group, if it leads one, is someone else's
+    marker = record.identity.encode()
     leftovers: list[Verdict] = []
     for process in table.processes.values():
         if process.pgid != record.pgid or process.exited:
             continue
-        protection = _protection(table, process)
-        action: Action = "spare" if protection is not None else "kill"
-        reason = protection or f"left in the group of dead runner {record.pid} (worker gone)"
-        rule: Rule | None = "registry-group" if action == "kill" else None
+        protection = _protection(table, process, all_users=False)
+        if protection is not None:
+            reason = protection
+        elif not process.marker_readable:
+            reason = f"in the group of dead runner {record.pid}, but its descent cannot be read"
+        elif process.runner_marker != marker or process.started < record.started:
+            reason = f"in the group of dead runner {record.pid}, but not started by it"
+        else:
+            leftovers.append(
+                Verdict(
+                    process.pid,
+                    "kill",
+                    f"started by dead runner {record.pid}, left in its group (worker gone)",
+                    "registry-group",
+                    process,
+                    forgotten.record,
+                    record.labels,
+                )
+            )
+            continue
         leftovers.append(
-            Verdict(process.pid, action, reason, rule, process, forgotten.record, record.labels)
+            Verdict(process.pid, "spare", reason, None, process, forgotten.record, record.labels)
         )
     return leftovers
 
 
-def _alive_in(table: ProcessTable, identity: ProcessIdentity) -> bool:
+def _maybe_alive(table: ProcessTable, identity: ProcessIdentity) -> bool:
+    """Alive, or impossible to tell: doubt keeps a worker alive."""
+    if identity.pid in table.unreadable:
+        return True
     process = table.processes.get(identity.pid)
     return process is not None and not process.exited and process.started == identity.started
 
@@ -146,16 +174,20 @@ def _judge_unrecorded(
     def verdict(action: Action, reason: str, rule: Rule | None = None) -> Verdict:
         return Verdict(process.pid, action, reason, rule if action == "kill" else None, process)
 
-    protection = _protection(table, process)
+    protection = _protection(table, process, all_users=options.all_users)
     if protection is not None:
         return verdict("spare", protection)
+    if process.ppid in table.unreadable:
+        return verdict("spare", f"cannot read its parent {process.ppid}")
     parent = table.processes.get(Pid(process.ppid))
     parent_alive = parent is not None and not parent.exited
     if runner_like:
-        if parent is not None and parent_alive and parent.runs_exo:
-            return verdict("spare", f"its parent {process.ppid} is a live exo process")
-        parent_text = "gone" if not parent_alive else f"{process.ppid}, not exo"
-        return verdict("kill", f"exo spawn child whose parent is {parent_text}", "fingerprint")
+        if parent is None or not parent_alive:
+            return verdict("kill", "exo spawn child whose parent is gone", "fingerprint")
+        adopted = _adopted_by(table, process, parent)
+        if adopted is None:
+            return verdict("spare", f"its parent {parent.pid} is alive and may be its spawner")
+        return verdict("kill", f"exo spawn child adopted by {parent.pid}: {adopted}", "fingerprint")
     if options.any_parent:
         return verdict("kill", "command line matches --match (--any-parent)", "match-any-parent")
     if process.ppid <= 1 or not parent_alive:
@@ -165,9 +197,50 @@ def _judge_unrecorded(
     )
 
 
-def _protection(table: ProcessTable, process: ProcessInfo) -> str | None:
+def _adopted_by(table: ProcessTable, child: ProcessInfo, parent: ProcessInfo) -> str | None:
+    """Why live `parent` is certainly not the process that spawned `child`, or None.
+
+    A spawn child is only ever reparented when its spawner dies: to pid 1, or on Linux
+    to a subreaper. A spawner has the child's user (spawning changes no uid), holds the
+    read end of the child's sentinel pipe for as long as the child lives, and is a
+    Python program (or exo's frozen app) itself.
+    """
+    if parent.uid != child.uid:
+        return f"uid {parent.uid} cannot have spawned a process of uid {child.uid}"
+    if parent.argv == child.argv:
+        return None  # a fork of its live parent (a runner's watchdog, say): not adopted
+    if table.pipes_visible and child.pipes is not None and parent.pipes is not None:
+        if child.pipes & parent.pipes:
+            return None
+        return "it holds none of the child's pipes, so it did not spawn it (a subreaper)"
+    if not table.pipes_visible and parent.pid != 1:
+        return None  # no subreapers outside Linux: a live parent other than init spawned it
+    if _could_spawn(parent, child):
+        return None
+    return f"{_program(parent)} is not a Python program, so it did not spawn it"
+
+
+def _could_spawn(parent: ProcessInfo, child: ProcessInfo) -> bool:
+    """Whether `parent` may run multiprocessing: doubt (nothing readable) says yes."""
+    if not parent.argv or not child.argv:
+        return True
+    program = os.path.basename(parent.argv[0])
+    return (
+        program.startswith("python")
+        or program == os.path.basename(child.argv[0])
+        or (parent.exe is not None and parent.exe == child.exe)
+    )
+
+
+def _program(process: ProcessInfo) -> str:
+    return os.path.basename(process.argv[0]) if process.argv else str(process.pid)
+
+
+def _protection(table: ProcessTable, process: ProcessInfo, *, all_users: bool) -> str | None:
     if process.pid in table.protected:
         return "this process, one of its ancestors or descendants"
-    if process.uid != table.uid:
+    if process.is_guard:
+        return "an exo-orphan-guard process (another sweep or a wrapper)"
+    if process.uid != table.uid and not all_users:
         return f"owned by uid {process.uid}, not {table.uid}"
     return None

@@ -17,6 +17,7 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
         settings.STRATEGY_ENV,
         settings.GRACE_ENV,
         settings.WORKER_ENV,
+        settings.RUNNER_ENV,
     ):
         monkeypatch.delenv(name, raising=False)
     registry = tmp_path / "registry"

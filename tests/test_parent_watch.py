@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from exo_orphan_guard import scenarios, settings
+from exo_orphan_guard.registry import host_directory
 from exo_orphan_guard.scenario_worker import RunnerKind
 from exo_orphan_guard.waiters import can_use_pidfd
 from tests.conftest import StartWorker
@@ -133,7 +134,7 @@ def test_killing_one_runner_spares_its_worker_and_siblings(
 ) -> None:
     worker = start_worker(["idle", "gil", "child"])
     victim, *siblings = worker.runners
-    record = isolated_environment / f"runner-{victim.identity.pid}.json"
+    record = host_directory(isolated_environment) / f"runner-{victim.identity.pid}.json"
     assert record.exists()
     os.kill(victim.identity.pid, signal.SIGKILL)
     exits = scenarios.wait_gone(list(victim.tree), GONE_WITHIN_SECONDS)

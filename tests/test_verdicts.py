@@ -39,6 +39,7 @@ def proc(
     uid: int = UID,
     started: float | None = None,
     status: str = "sleeping",
+    pipes: frozenset[int] | None = None,
 ) -> ProcessInfo:
     return ProcessInfo(
         pid=Pid(pid),
@@ -51,10 +52,16 @@ def proc(
         rss=2**30,
         create_time=1000.0 + pid,
         runs_exo=exo,
+        pipes=pipes,
     )
 
 
-def table(*processes: ProcessInfo, protected: tuple[int, ...] = ()) -> ProcessTable:
+def table(
+    *processes: ProcessInfo,
+    protected: tuple[int, ...] = (),
+    unreadable: tuple[int, ...] = (),
+    pipes_visible: bool = False,
+) -> ProcessTable:
     return ProcessTable(
         processes={process.pid: process for process in processes},
         me=ME,
@@ -62,6 +69,8 @@ def table(*processes: ProcessInfo, protected: tuple[int, ...] = ()) -> ProcessTa
         protected=frozenset((ME.pid, *protected)),
         boot_id=BOOT,
         taken_at=5000.0,
+        unreadable=frozenset(unreadable),
+        pipes_visible=pipes_visible,
     )
 
 
@@ -189,17 +198,114 @@ def test_unrecorded_exo_spawn_child_under_init_is_killed() -> None:
     assert verdicts[300].action == "kill" and verdicts[300].rule == "fingerprint"
 
 
-def test_frozen_app_runner_under_a_subreaper_is_killed() -> None:
-    subreaper = proc(50, ppid=1, argv=("/usr/lib/systemd/systemd", "--user"), exo=False)
-    orphan = proc(300, ppid=50, argv=FROZEN_ARGV)
-    verdicts = by_pid(decide(table(orphan, subreaper), [], DEFAULT))
-    assert verdicts[300].action == "kill" and "not exo" in verdicts[300].reason
+def test_frozen_app_runner_adopted_by_a_subreaper_holding_none_of_its_pipes_is_killed() -> None:
+    subreaper = proc(50, argv=("/usr/lib/systemd/systemd", "--user"), exo=False, pipes=frozenset())
+    orphan = proc(300, ppid=50, argv=FROZEN_ARGV, pipes=frozenset({7001, 7002}))
+    verdicts = by_pid(decide(table(orphan, subreaper, pipes_visible=True), [], DEFAULT))
+    assert verdicts[300].action == "kill" and "subreaper" in verdicts[300].reason
+
+
+def test_a_live_parent_holding_a_pipe_of_the_child_is_its_spawner_whatever_it_runs() -> None:
+    # `python worker.py` from an activated venv: argv[0] is relative, exe() the base
+    # interpreter, so nothing says "exo" about the worker. It is alive: spare.
+    worker = proc(200, argv=("python", "worker.py"), exo=False, pipes=frozenset({7001, 9}))
+    runner = proc(300, ppid=200, pipes=frozenset({7001}))
+    verdicts = by_pid(decide(table(runner, worker, pipes_visible=True), [], DEFAULT))
+    assert verdicts[300].action == "spare" and "alive" in verdicts[300].reason
+
+
+def test_a_fork_of_a_live_runner_is_not_an_adopted_spawn_child() -> None:
+    # A runner's watchdog is forked: same command line, and it holds none of the
+    # runner's pipes (it closes them all).
+    runner = proc(300, ppid=200, pipes=frozenset({7001}))
+    watchdog = proc(301, ppid=300, pipes=frozenset())
+    worker = proc(200, argv=("python", "worker.py"), exo=False, pipes=frozenset({7001}))
+    verdicts = by_pid(decide(table(runner, watchdog, worker, pipes_visible=True), [], DEFAULT))
+    assert verdicts[301].action == "spare"
+
+
+def test_exo_as_a_containers_pid_1_keeps_its_runners() -> None:
+    exo_init = proc(1, ppid=0, argv=("python", "-m", "exo"), exo=False, pipes=frozenset({5}))
+    runner = proc(300, ppid=1, pipes=frozenset({5}))
+    verdicts = by_pid(decide(table(runner, exo_init, pipes_visible=True), [], DEFAULT))
+    assert verdicts[300].action == "spare"
+
+
+def test_unreadable_pipes_spare_the_child_of_a_live_python_parent() -> None:
+    parent = proc(50, argv=("python", "worker.py"), exo=False, pipes=None)
+    runner = proc(300, ppid=50, pipes=frozenset({7001}))
+    verdicts = by_pid(decide(table(runner, parent, pipes_visible=True), [], DEFAULT))
+    assert verdicts[300].action == "spare"
+    unknown = dataclasses.replace(parent, argv=())
+    verdicts = by_pid(decide(table(runner, unknown, pipes_visible=True), [], DEFAULT))
+    assert verdicts[300].action == "spare"
+
+
+def test_unreadable_pipes_of_a_program_that_runs_no_python_prove_adoption() -> None:
+    # An init whose descriptors root cannot read (a sandbox's pid 1), or tini.
+    for argv in (("/process_api", "--firecracker-init"), ("/usr/bin/tini", "--")):
+        init = proc(1, ppid=0, argv=argv, exo=False, pipes=None)
+        runner = proc(300, ppid=1, pipes=frozenset({7001}))
+        verdicts = by_pid(decide(table(runner, init, pipes_visible=True), [], DEFAULT))
+        assert verdicts[300].action == "kill" and "not a Python program" in verdicts[300].reason
+
+
+def test_a_parent_of_another_user_cannot_be_the_spawner() -> None:
+    init = proc(1, ppid=0, argv=("/sbin/init",), exo=False, uid=0, pipes=None)
+    runner = proc(300, ppid=1, pipes=frozenset({7001}))
+    verdicts = by_pid(decide(table(runner, init, pipes_visible=True), [], DEFAULT))
+    assert verdicts[300].action == "kill" and "uid 0" in verdicts[300].reason
+
+
+def test_without_visible_pipes_only_init_counts_as_adoption() -> None:
+    launchd = proc(1, ppid=0, argv=("/sbin/launchd",), exo=False)
+    worker = proc(200, argv=("python", "worker.py"), exo=False)
+    under_init = proc(300, ppid=1)
+    under_worker = proc(301, ppid=200)
+    verdicts = by_pid(decide(table(under_init, under_worker, launchd, worker), [], DEFAULT))
+    assert verdicts[300].action == "kill"
+    assert verdicts[301].action == "spare"
 
 
 def test_unrecorded_spawn_child_of_a_live_exo_process_is_spared() -> None:
     exo_main = proc(200, argv=(EXO_PY, "/Users/me/exo/.venv/bin/exo"))
     verdicts = by_pid(decide(table(proc(300, ppid=200), exo_main), [], DEFAULT))
     assert verdicts[300].action == "spare"
+
+
+def test_unreadable_processes_are_never_taken_for_gone() -> None:
+    # The runner's own pid unreadable: neither killed nor its record forgotten.
+    verdicts = decide(table(), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [verdict.action for verdict in verdicts] == ["forget"]
+    verdicts = decide(table(unreadable=(300,)), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [verdict.action for verdict in verdicts] == ["spare"]
+    # The worker unreadable: it may be alive.
+    verdicts = decide(table(proc(300), unreadable=(200,)), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [verdict.action for verdict in verdicts] == ["spare"]
+    # The parent unreadable: it may be the spawner.
+    verdicts = decide(table(proc(301, ppid=60), unreadable=(60,)), [], DEFAULT)
+    assert [verdict.action for verdict in verdicts] == ["spare"]
+
+
+def test_another_exo_orphan_guard_is_never_a_target() -> None:
+    options = SweepOptions(match=re.compile("rank"), any_parent=True)
+    for argv in (
+        ("/venv/bin/exo-orphan-guard", "sweep", "--match", "rank", "--any-parent"),
+        ("/usr/bin/python3", "/venv/bin/exo-orphan-guard", "sweep", "--match", "rank"),
+        ("python3", "-I", "-m", "exo_orphan_guard", "sweep", "--match", "rank"),
+        ("/venv/bin/exo-orphan-guard", "exec", "--", "python3", "rank.py"),
+    ):
+        verdicts = by_pid(decide(table(proc(300, argv=argv, exo=False)), [], options))
+        assert verdicts[300].action == "spare" and "exo-orphan-guard" in verdicts[300].reason
+    rank = proc(301, argv=("python3", "-m", "rank"), exo=False)
+    assert by_pid(decide(table(rank), [], options))[301].action == "kill"
+
+
+def test_all_users_lets_root_target_other_users_unrecorded_runners() -> None:
+    foreign = proc(300, uid=0)
+    assert by_pid(decide(table(foreign), [], DEFAULT))[300].action == "spare"
+    verdicts = by_pid(decide(table(foreign), [], SweepOptions(all_users=True)))
+    assert verdicts[300].action == "kill"
 
 
 def test_spawn_children_of_other_programs_are_not_ours() -> None:
@@ -250,9 +356,16 @@ def test_a_recorded_verdict_is_not_judged_twice_by_the_fingerprint() -> None:
     assert [(verdict.pid, verdict.action) for verdict in verdicts] == [(300, "spare")]
 
 
-def member(pid: int, pgid: int, *, started: float | None = None) -> ProcessInfo:
+def member(
+    pid: int,
+    pgid: int,
+    *,
+    started: float | None = None,
+    marker: str | None = "300:300.0",
+    readable: bool = True,
+) -> ProcessInfo:
     process = proc(pid, argv=("/bin/sleep", "3600"), exo=False, started=started)
-    return dataclasses.replace(process, pgid=pgid)
+    return dataclasses.replace(process, pgid=pgid, runner_marker=marker, marker_readable=readable)
 
 
 def test_leftovers_in_a_dead_runners_group_are_killed_once_its_worker_is_dead() -> None:
@@ -275,3 +388,22 @@ def test_a_reused_group_id_is_not_the_dead_runners_group() -> None:
         decide(table(new_leader, member(301, pgid=300)), [record(300, DEAD_WORKER)], DEFAULT)
     )
     assert 301 not in verdicts
+    zombie_leader = dataclasses.replace(new_leader, status="zombie")
+    verdicts = by_pid(
+        decide(table(zombie_leader, member(301, pgid=300)), [record(300, DEAD_WORKER)], DEFAULT)
+    )
+    assert 301 not in verdicts
+
+
+def test_group_members_need_proof_that_the_dead_runner_started_them() -> None:
+    # The group's leader has gone and its id came back with a process that led a
+    # group and left members (`cat f | less`, `setsid -f`): they carry no marker.
+    cases = {
+        301: member(301, pgid=300, marker=None),
+        302: member(302, pgid=300, marker="300:12.0"),  # another runner's
+        303: member(303, pgid=300, started=299.0),  # older than the runner
+        304: member(304, pgid=300, readable=False),  # environment not readable
+    }
+    verdicts = by_pid(decide(table(*cases.values()), [record(300, DEAD_WORKER)], DEFAULT))
+    assert {pid: verdicts[pid].action for pid in cases} == dict.fromkeys(cases, "spare")
+    assert "cannot be read" in verdicts[304].reason
