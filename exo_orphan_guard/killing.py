@@ -77,13 +77,10 @@ class _Freezer:
         self._stopped: list[ProcessIdentity] = []
 
     def stop(self, member: ProcessIdentity) -> None:
-        if (
-            self._journal is not None
-            and member not in self._stopped
-            and self._journal.add(member)
-            and _send(member, signal.SIGSTOP)
-        ):
-            self._stopped.append(member)
+        if self._journal is None or member in self._stopped or not self._journal.add(member):
+            return
+        self._stopped.append(member)  # before the signal: whatever interrupts it, undo it
+        _send(member, signal.SIGSTOP)
 
     def release(self) -> None:
         """Continue whatever is stopped and still there, however `execute` ended."""

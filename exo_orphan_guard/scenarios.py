@@ -84,8 +84,12 @@ def start_worker(
     registry: Path | None = None,
     python: str = sys.executable,
     extra_env: Mapping[str, str] | None = None,
+    launcher: Sequence[str] = (),
 ) -> StartedWorker:
-    """Start a worker whose runners are armed (or, for `late`, waiting) on return."""
+    """Start a worker whose runners are armed (or, for `late`, waiting) on return.
+
+    `launcher` goes before `python` (`nohup`, say); `python` may be a bare name, found
+    on the PATH of `extra_env`, as a shell would run it."""
     go_file = Path(tempfile.mkdtemp(prefix="eog-go-")) / "go"
     spec = WorkerSpec(
         runners=list(runners), watch=watch, spawn_from=spawn_from, go_file=str(go_file)
@@ -93,7 +97,7 @@ def start_worker(
     env = scenario_environment(watch, strategy, registry)
     env.update(extra_env or {})
     process = subprocess.Popen(
-        [python, "-m", "exo_orphan_guard.scenario_worker", json.dumps(spec)],
+        [*launcher, python, "-m", "exo_orphan_guard.scenario_worker", json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL if os.environ.get("EOG_SCENARIO_STDERR") != "1" else None,
         stdin=subprocess.DEVNULL,

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard import scenarios, settings
+from exo_orphan_guard.identity import ProcessIdentity
 from exo_orphan_guard.scenario_worker import RunnerKind, SpawnFrom, Watch
+from tests.helpers.processes import kill_all, make_fake_exo_environment
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +57,17 @@ def start_worker(isolated_environment: Path) -> Iterator[StartWorker]:
     yield start
     for worker in started:
         scenarios.cleanup(worker)
+
+
+@pytest.fixture(scope="session")
+def exo_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A Python whose environment has exo installed, as far as the sweep can tell."""
+    return make_fake_exo_environment(tmp_path_factory.mktemp("exo-env") / "venv")
+
+
+@pytest.fixture
+def planted() -> Iterator[list[ProcessIdentity]]:
+    """Processes a test plants; killed, with their descendants, at teardown."""
+    processes: list[ProcessIdentity] = []
+    yield processes
+    kill_all(processes)

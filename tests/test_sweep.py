@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +23,9 @@ from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.sweeping import SweepReport, sweep
 from tests.conftest import StartWorker
-from tests.helpers.processes import NOBODY, kill_all, make_fake_exo_environment, start_orphan
+from tests.helpers.processes import NOBODY, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to plant processes")
-
-
-@pytest.fixture(scope="session")
-def exo_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return make_fake_exo_environment(tmp_path_factory.mktemp("exo-env") / "venv")
-
-
-@pytest.fixture
-def planted() -> Iterator[list[ProcessIdentity]]:
-    processes: list[ProcessIdentity] = []
-    yield processes
-    kill_all(processes)
 
 
 def orphaned_runners(worker: scenarios.StartedWorker) -> list[ProcessIdentity]:

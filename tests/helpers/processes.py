@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from exo_orphan_guard import system
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.scenarios import wait_gone
 
@@ -69,11 +70,20 @@ def _has_exec_ed(pid: int, argv0: str) -> bool:
 
 
 def kill_all(identities: Sequence[ProcessIdentity]) -> None:
+    """Kill each process and everything it started (a shell's `sleep`, say)."""
+    family = list(identities)
     for identity in identities:
+        if identity_of(identity.pid) == identity:
+            family.extend(
+                child
+                for pid in system.descendants(identity.pid)
+                if (child := identity_of(pid)) is not None
+            )
+    for identity in family:
         if identity_of(identity.pid) == identity:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(identity.pid, signal.SIGKILL)
-    wait_gone(list(identities), 5.0)
+    wait_gone(family, 5.0)
 
 
 def _quote(word: str) -> str:
