@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import os
+import sys
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Final
 
+import psutil
 import pytest
 
 from exo_orphan_guard import scenarios, settings
-from exo_orphan_guard.identity import ProcessIdentity
+from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.scenario_worker import RunnerKind, SpawnFrom, Watch
 from tests.helpers.processes import kill_all, make_fake_exo_environment
 
@@ -71,3 +76,52 @@ def planted() -> Iterator[list[ProcessIdentity]]:
     processes: list[ProcessIdentity] = []
     yield processes
     kill_all(processes)
+
+
+SESSION_TAG: Final = "EOG_TEST_SESSION"
+"""Inherited by every process the suite starts: what is still alive at the end leaked."""
+_LEFTOVER_GRACE_SECONDS: Final = 5.0
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    os.environ[SESSION_TAG] = uuid.uuid4().hex
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any process it started outlived it (and kill those)."""
+    tag = os.environ.get(SESSION_TAG)
+    if tag is None or sys.platform != "linux":
+        return
+    left = scenarios.wait_gone(_tagged(tag), _LEFTOVER_GRACE_SECONDS)
+    leaked = [identity for identity, seen in left.items() if seen is None]
+    if not leaked:
+        return
+    described = [_command_line(identity.pid) for identity in leaked]
+    kill_all(leaked)
+    print(f"\n{len(leaked)} process(es) started by the suite outlived it: {described}")
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _tagged(tag: str) -> list[ProcessIdentity]:
+    needle = f"{SESSION_TAG}={tag}".encode()
+    mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
+    found: list[ProcessIdentity] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in mine:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as file:
+                if needle not in file.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        if (identity := identity_of(int(name))) is not None:
+            found.append(identity)
+    return found
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())[:120]
+    except psutil.Error:
+        return str(pid)

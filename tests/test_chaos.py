@@ -1,12 +1,15 @@
 """Chaos: workers SIGKILLed at random moments, sweeps running meanwhile, then one sweep.
 
 Workers die before they spawn, while runners start up, while runners sit in a
-GIL-held native call, and while sweeps are running. Afterwards no runner may be left
-and no decoy harmed. Bounded: 200 rounds, about a minute on 2 cores.
+GIL-held native call, and while sweeps are running: two at once, each matching the
+other's command line, and now and then a third SIGKILLed midway (mid-freeze, at
+times). Afterwards no runner may be left, no decoy harmed, nothing left stopped.
+Bounded: 200 rounds, about a minute on 2 cores.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -23,8 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import scenarios, settings
+from exo_orphan_guard import scenarios, settings, system
+from exo_orphan_guard._common import Pid
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.registry import Registry, RunnerRecord
 from exo_orphan_guard.scenario_worker import RunnerKind, Watch, WorkerSpec
 from tests.helpers.processes import kill_all, make_fake_exo_environment, start_orphan
 
@@ -71,14 +76,67 @@ def _is_runner(process: ProcessIdentity) -> bool:
         return False
 
 
-def cli_sweep(environment: dict[str, str]) -> int:
+def cli_sweep(environment: dict[str, str], *extra: str) -> int:
     return subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json"],
+        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json", *extra],
         env=environment,
         capture_output=True,
         timeout=60,
         check=False,
     ).returncode
+
+
+def sweep_killed_midway(environment: dict[str, str], delay: float) -> None:
+    """A sweep SIGKILLed at a random moment: mid-freeze, sometimes."""
+    sweeper = subprocess.Popen(
+        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json"],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(delay)
+    sweeper.kill()
+    sweeper.wait()
+
+
+def stopped(processes: list[ProcessIdentity]) -> list[ProcessIdentity]:
+    found: list[ProcessIdentity] = []
+    for process in processes:
+        with contextlib.suppress(OSError), open(f"/proc/{process.pid}/stat", "rb") as file:
+            if file.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t"):
+                found.append(process)
+    return found
+
+
+def reused_group_decoy(registry: Path) -> ProcessIdentity:
+    """A member of a group whose leader exited, and a stale record of a dead runner
+    that once had the leader's pid: the group id means nothing any more."""
+    leader = (
+        "import os, subprocess, sys; os.setpgid(0, 0); "
+        "p = subprocess.Popen(['/bin/sleep', '900'], stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL); print(os.getpid(), p.pid, flush=True); os._exit(0)"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", leader], capture_output=True, text=True, check=True
+    ).stdout.split()
+    group, member = int(output[0]), identity_of(int(output[1]))
+    assert member is not None
+    opened, _ = Registry.open(registry, create=True)
+    assert opened is not None
+    opened.write(
+        RunnerRecord(
+            pid=Pid(group),
+            started=member.started - 30.0,
+            boot_id=system.boot_id(),
+            uid=os.geteuid(),
+            worker=ProcessIdentity(Pid(os.getpid()), 1.0),
+            exe=None,
+            argv=("python", "--multiprocessing-fork"),
+            pgid=group,
+            recorded_at=time.time(),
+        )
+    )
+    return member
 
 
 def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
@@ -87,21 +145,33 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
     rng = random.Random(int(os.environ.get("EOG_CHAOS_SEED", "0")) or None)
     environment = scenarios.scenario_environment("guard", "auto", isolated_environment)
 
-    # Decoys, detached from this process so that no sweep spares them as its own.
+    # Decoys, detached from this process so that no sweep spares them as its own: a
+    # guarded worker, an unguarded one started as a plain `python` from its venv's
+    # PATH (nothing about it says exo), an ordinary orphan, a reused group's member.
     decoy_worker = scenarios.start_worker(
         ["idle", "gil", "child"], python=python, registry=isolated_environment
     )
+    plain_worker = scenarios.start_worker(
+        ["idle", "child"],
+        watch="none",
+        python="python",
+        extra_env={"PATH": f"{Path(python).parent}:{os.environ['PATH']}"},
+    )
     ordinary = start_orphan(["/bin/sleep", "900"])
-    decoys = [*decoy_worker.all_processes(), ordinary]
+    regrouped = reused_group_decoy(isolated_environment)
+    decoys = [*decoy_worker.all_processes(), *plain_worker.all_processes(), ordinary, regrouped]
 
     moments: Counter[str] = Counter()
     runners_armed = [0]
     sweeps: Counter[int] = Counter()
+    killed_sweeps = [0]
     stop = threading.Event()
+    # Two sweepers at once, each matching the other's command line.
+    twin = ("--match", f"eog-chaos-sweeper-{tag}", "--any-parent")
 
     def sweep_meanwhile() -> None:
         while not stop.is_set():
-            sweeps[cli_sweep(environment)] += 1
+            sweeps[cli_sweep(environment, *twin)] += 1
 
     def one_round(number: int) -> None:
         kinds: list[RunnerKind] = rng.sample(KINDS, k=rng.randint(1, 3))
@@ -133,18 +203,23 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
                 runners_armed[0] += len(kinds)
             time.sleep(rng.uniform(scenarios.GIL_SETTLE_SECONDS, 0.6))
         moments[moment] += 1
+        if rng.random() < 0.1:
+            killed_sweeps[0] += 1
+            sweep_killed_midway(environment, rng.uniform(0.0, 0.4))
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         worker.stdout.close()
 
-    sweeper = threading.Thread(target=sweep_meanwhile)
+    sweepers = [threading.Thread(target=sweep_meanwhile) for _ in range(2)]
     started = time.monotonic()
-    sweeper.start()
+    for sweeper in sweepers:
+        sweeper.start()
     try:
         with ThreadPoolExecutor(PARALLEL) as pool:
             list(pool.map(one_round, range(ROUNDS)))
         stop.set()
-        sweeper.join()
+        for sweeper in sweepers:
+            sweeper.join()
         time.sleep(1.0)
         left_before = tagged(tag)
         final = cli_sweep(environment)
@@ -158,6 +233,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         ]
         elapsed = time.monotonic() - started
         harmed = [decoy for decoy in decoys if decoy not in scenarios.alive(decoys)]
+        left_stopped = stopped([*tagged(tag), *decoys])
         print(
             f"\nchaos: {ROUNDS} rounds in {elapsed:.0f} s; kill moments {dict(moments)}; "
             f"{runners_armed[0]} runners armed when their worker died; "
@@ -165,9 +241,12 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
             f"{len(left_before)} tagged processes before the final sweep "
             f"({sum(map(_is_runner, left_before))} runners), {len(runners_left)} runners after "
             f"(exit code {final}), {len(others_left)} other processes after 3 s; "
-            f"{len(harmed)} decoys harmed"
+            f"{len(harmed)} decoys harmed, {len(left_stopped)} left stopped; "
+            f"{killed_sweeps[0]} sweeps SIGKILLed midway"
         )
         assert sweeps[2] == 0, "a sweep failed with a usage or configuration error"
+        assert all(code >= 0 for code in sweeps), f"a sweep was killed by another: {sweeps}"
+        assert left_stopped == []
         assert runners_left == [] and final == 0
         assert others_left == [], [_describe(process) for process in others_left]
         assert harmed == []
@@ -177,7 +256,8 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         stop.set()
         kill_all(tagged(tag))
         scenarios.cleanup(decoy_worker)
-        kill_all([ordinary])
+        scenarios.cleanup(plain_worker)
+        kill_all([ordinary, regrouped])
 
 
 def _describe(process: ProcessIdentity) -> str:
