@@ -104,6 +104,8 @@ class ProcessTable:
     taken_at: float
     unreadable: frozenset[int] = frozenset()
     """Pids that exist but could not be read: never taken for gone."""
+    scanned_groups: frozenset[int] = frozenset()
+    """Process groups whose members were all read (with their environments)."""
     pipes_visible: bool = False
     """Whether `ProcessInfo.pipes` can be read here (Linux), so that a live parent
     holding none of a spawn child's pipes proves it is not the spawner."""
@@ -142,7 +144,7 @@ def gather(
             describe(info.ppid)
     _mark_exo(processes)
     _read_spawn_pipes(processes)
-    _read_runner_markers(processes, members)
+    _read_runner_markers(processes, groups)
     me = current_identity()
     return ProcessTable(
         processes=processes,
@@ -152,6 +154,7 @@ def gather(
         boot_id=system.boot_id(),
         taken_at=time.time(),
         unreadable=frozenset(unreadable),
+        scanned_groups=frozenset(groups),
         pipes_visible=system.PIPES_VISIBLE,
     )
 
@@ -178,13 +181,12 @@ def _read_spawn_pipes(processes: dict[Pid, ProcessInfo]) -> None:
                 processes[pid] = dataclasses.replace(process, pipes=system.pipe_inodes(pid))
 
 
-def _read_runner_markers(processes: dict[Pid, ProcessInfo], members: Collection[int]) -> None:
-    for pid in members:
-        info = processes.get(Pid(pid))
-        if info is None:
+def _read_runner_markers(processes: dict[Pid, ProcessInfo], groups: Collection[int]) -> None:
+    for info in list(processes.values()):
+        if info.pgid not in groups:
             continue
         try:
-            marker = system.environment_value(pid, RUNNER_ENV)
+            marker = system.environment_value(info.pid, RUNNER_ENV)
         except PermissionError:
             continue
         processes[info.pid] = dataclasses.replace(info, runner_marker=marker, marker_readable=True)

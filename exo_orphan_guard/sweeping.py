@@ -203,14 +203,17 @@ def _kill_orphans(
 
 
 def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> bool:
-    """Whether a recorded runner that led its own group is gone after this pass."""
+    """Whether a recorded runner that led its own group went during this pass."""
     gone = {result.target.pid for result in results if result.outcome != "unkillable"}
     return any(
-        verdict.pid in gone
-        and verdict.record is not None
-        and verdict.record.record.pgid == verdict.record.record.pid
+        verdict.again
+        or (
+            verdict.rule == "registry"
+            and verdict.pid in gone
+            and verdict.record is not None
+            and verdict.record.record.pgid == verdict.record.record.pid
+        )
         for verdict in verdicts
-        if verdict.rule == "registry"
     )
 
 
@@ -254,12 +257,16 @@ def judge(
     interesting = {
         pid for loaded in records for pid in (loaded.record.pid, loaded.record.worker.pid)
     }
-    # Only the group of a runner that is gone can hold leftovers; scanning for group
-    # members reads every process, so it is done only then.
+    # Only the group of a runner that is gone (or whose worker is, so that the runner
+    # may go any moment) can hold leftovers to judge; scanning for group members reads
+    # every process, so it is done only then.
     groups = {
         loaded.record.pgid
         for loaded in records
-        if loaded.record.pgid is not None and liveness(loaded.record.identity) == "gone"
+        if loaded.record.pgid is not None
+        and (
+            liveness(loaded.record.identity) == "gone" or liveness(loaded.record.worker) != "alive"
+        )
     }
     table = process_table.gather(
         interesting, fingerprint=options.fingerprint, match=options.match, groups=groups

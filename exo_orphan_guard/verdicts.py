@@ -48,6 +48,8 @@ class Verdict:
     process: ProcessInfo | None = None
     record: LoadedRecord | None = None
     labels: Mapping[str, str] = field(default_factory=dict[str, str])
+    again: bool = False
+    """Judge once more: what decides this changed while the snapshot was taken."""
 
 
 def decide(
@@ -87,6 +89,15 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
         return verdict("spare", "cannot read the process now holding its pid")
     process = table.processes.get(record.pid)
     if process is None or process.exited:
+        if (
+            record.pgid == record.pid
+            and record.pgid not in table.scanned_groups
+            and not _maybe_alive(table, record.worker)
+        ):
+            # It died after the sweep chose which groups to read: keep the record
+            # until a pass has judged what it left in its group.
+            reason = "runner has exited; its group is judged on the next pass"
+            return Verdict(record.pid, "spare", reason, None, None, loaded, labels, again=True)
         return verdict("forget", "runner has exited")
     if process.started != record.started:
         return verdict("forget", "pid now belongs to another process (pid reuse)")

@@ -61,6 +61,7 @@ def table(
     protected: tuple[int, ...] = (),
     unreadable: tuple[int, ...] = (),
     pipes_visible: bool = False,
+    scanned: bool = True,
 ) -> ProcessTable:
     return ProcessTable(
         processes={process.pid: process for process in processes},
@@ -70,6 +71,7 @@ def table(
         boot_id=BOOT,
         taken_at=5000.0,
         unreadable=frozenset(unreadable),
+        scanned_groups=frozenset(range(1000)) if scanned else frozenset(),
         pipes_visible=pipes_visible,
     )
 
@@ -407,3 +409,10 @@ def test_group_members_need_proof_that_the_dead_runner_started_them() -> None:
     verdicts = by_pid(decide(table(*cases.values()), [record(300, DEAD_WORKER)], DEFAULT))
     assert {pid: verdicts[pid].action for pid in cases} == dict.fromkeys(cases, "spare")
     assert "cannot be read" in verdicts[304].reason
+
+
+def test_a_runner_gone_before_its_group_was_read_keeps_its_record_for_another_pass() -> None:
+    verdicts = decide(table(scanned=False), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [(verdict.action, verdict.again) for verdict in verdicts] == [("spare", True)]
+    verdicts = decide(table(scanned=True), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [(verdict.action, verdict.again) for verdict in verdicts] == [("forget", False)]
