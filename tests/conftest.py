@@ -11,9 +11,9 @@ import psutil
 import pytest
 
 from exo_orphan_guard import scenarios, settings
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.identity import ProcessIdentity
 from exo_orphan_guard.scenario_worker import RunnerKind, SpawnFrom, Watch
-from tests.helpers.processes import kill_all, make_fake_exo_environment
+from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +92,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     tag = os.environ.get(SESSION_TAG)
     if tag is None or sys.platform != "linux":
         return
-    left = scenarios.wait_gone(_tagged(tag), _LEFTOVER_GRACE_SECONDS)
+    mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
+    started = [identity for identity in carrying(SESSION_TAG, tag) if identity.pid not in mine]
+    left = scenarios.wait_gone(started, _LEFTOVER_GRACE_SECONDS)
     leaked = [identity for identity, seen in left.items() if seen is None]
     if not leaked:
         return
@@ -100,24 +102,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     kill_all(leaked)
     print(f"\n{len(leaked)} process(es) started by the suite outlived it: {described}")
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _tagged(tag: str) -> list[ProcessIdentity]:
-    needle = f"{SESSION_TAG}={tag}".encode()
-    mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
-    found: list[ProcessIdentity] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in mine:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as file:
-                if needle not in file.read().split(b"\0"):
-                    continue
-        except OSError:
-            continue
-        if (identity := identity_of(int(name))) is not None:
-            found.append(identity)
-    return found
 
 
 def _command_line(pid: int) -> str:

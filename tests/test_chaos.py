@@ -31,7 +31,7 @@ from exo_orphan_guard._common import Pid
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.registry import Registry, RunnerRecord
 from exo_orphan_guard.scenario_worker import RunnerKind, Watch, WorkerSpec
-from tests.helpers.processes import kill_all, make_fake_exo_environment, start_orphan
+from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment, start_orphan
 
 ROUNDS = 200
 PARALLEL = 8
@@ -51,21 +51,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/*/e
 
 def tagged(tag: str) -> list[ProcessIdentity]:
     """Every live process carrying `tag` in its environment: all the chaos spawned."""
-    needle = f"{TAG_VARIABLE}={tag}".encode()
-    found: list[ProcessIdentity] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as file:
-                if needle not in file.read().split(b"\0"):
-                    continue
-        except OSError:
-            continue
-        identity = identity_of(int(name))
-        if identity is not None:
-            found.append(identity)
-    return found
+    return carrying(TAG_VARIABLE, tag)
 
 
 def _is_runner(process: ProcessIdentity) -> bool:

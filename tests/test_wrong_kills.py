@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 
-from exo_orphan_guard import _linux, cli, killing, scenarios
+from exo_orphan_guard import _linux, cli, killing, scenarios, system
 from exo_orphan_guard._common import Pid
 from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
@@ -457,8 +457,6 @@ def test_a_runner_dying_between_snapshot_and_kill_leaves_no_child(
 
 
 def _record(pid: int, started: float, *, argv: tuple[str, ...]) -> RunnerRecord:
-    from exo_orphan_guard import system
-
     return RunnerRecord(
         pid=Pid(pid),
         started=started,

@@ -88,3 +88,21 @@ def kill_all(identities: Sequence[ProcessIdentity]) -> None:
 
 def _quote(word: str) -> str:
     return shlex.quote(word)
+
+
+def carrying(variable: str, value: str) -> list[ProcessIdentity]:
+    """Every live process whose environment has `variable=value` (Linux)."""
+    needle = f"{variable}={value}".encode()
+    found: list[ProcessIdentity] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as file:
+                if needle not in file.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        if (identity := identity_of(int(name))) is not None:
+            found.append(identity)
+    return found
