@@ -7,61 +7,28 @@ process table. Each failed on the code before these rules existed (see docs/desi
 
 from __future__ import annotations
 
-import dataclasses
-import errno
 import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 
-from exo_orphan_guard import _linux, cli, killing, scenarios, system
+from exo_orphan_guard import _linux, scenarios, system
 from exo_orphan_guard._common import Pid
 from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
 from exo_orphan_guard.sweeping import sweep
 from tests.conftest import StartWorker
-from tests.helpers.processes import NOBODY, start_orphan
+from tests.helpers.processes import NOBODY, report_of, run_cli, sleeper, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
-
-
-def run_cli(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
-
-
-def report_of(completed: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert completed.returncode in (0, 1), completed.stderr
-    document: dict[str, Any] = json.loads(completed.stdout)
-    return document
-
-
-def sleeper(token: str) -> list[str]:
-    """A process that sleeps with `token` in its command line."""
-    return [sys.executable, "-c", "import time; time.sleep(600)", token]
-
-
-def state_of(identity: ProcessIdentity) -> str | None:
-    """Its state once pending signals had time to land (a stop is not instant)."""
-    time.sleep(0.2)
-    stat = _linux.read_stat(identity.pid)
-    return None if stat is None or liveness(identity) != "alive" else stat.state
 
 
 # --- 1. a live exo whose worker does not look like exo ---------------------------------
@@ -182,63 +149,7 @@ def test_two_match_sweeps_started_together_never_signal_each_other(
     assert liveness(target) == "gone"
 
 
-# --- 4. a sweep killed mid-freeze ----------------------------------------------------------
-
-_DIE_AFTER_FIRST_STOP = """
-import os, signal, sys
-from exo_orphan_guard import killing
-from exo_orphan_guard.sweeping import sweep
-
-real = killing.send_signal
-
-def send(pid: int, number: int) -> None:
-    real(pid, number)
-    if number == signal.SIGSTOP:
-        os.kill(os.getpid(), signal.SIGKILL)  # the sweeper dies with its target frozen
-
-killing.send_signal = send
-sweep(match=sys.argv[1], any_parent=True, fingerprint=False, grace=0.2)
-"""
-
-
-def test_what_a_dead_sweeper_froze_is_continued_by_the_next_sweep(
-    planted: list[ProcessIdentity], isolated_environment: Path
-) -> None:
-    token = f"eog-frozen-{uuid.uuid4().hex}"
-    target = start_orphan(sleeper(token))
-    planted.append(target)
-    dying = subprocess.run(
-        [sys.executable, "-c", _DIE_AFTER_FIRST_STOP, token], check=False, capture_output=True
-    )
-    assert dying.returncode == -signal.SIGKILL, dying.stderr
-    assert state_of(target) == "T", "the sweeper should have died with the target stopped"
-    # The next sweep is not after this process at all (no --match), yet continues it.
-    report = sweep(grace=0.2, fingerprint=False)
-    assert [identity.pid for identity in report.continued] == [target.pid]
-    assert state_of(target) in ("S", "R")
-    assert not any(host_directory(isolated_environment).glob("frozen-*"))
-
-
-def test_an_interrupted_sweep_leaves_nothing_stopped(
-    planted: list[ProcessIdentity], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    token = f"eog-ctrl-c-{uuid.uuid4().hex}"
-    target = start_orphan(sleeper(token))
-    planted.append(target)
-    real = killing.send_signal
-
-    def interrupt_after_stop(pid: int, number: int) -> None:
-        real(pid, number)
-        if number == signal.SIGSTOP:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(killing, "send_signal", interrupt_after_stop)
-    with pytest.raises(KeyboardInterrupt):
-        sweep(match=token, any_parent=True, fingerprint=False, grace=0.2)
-    assert state_of(target) in ("S", "R")
-
-
-# --- 5. another machine's records --------------------------------------------------------
+# --- 4. another machine's records --------------------------------------------------------
 
 
 def test_records_of_another_pid_namespace_are_never_read_nor_deleted(
@@ -281,7 +192,7 @@ def test_records_of_another_pid_namespace_are_never_read_nor_deleted(
         other.wait(timeout=10)  # its init exits: the kernel kills everything inside
 
 
-# --- 6. unknown is not gone ----------------------------------------------------------------
+# --- 5. unknown is not gone ----------------------------------------------------------------
 
 _SWEEP_WITH_UNREADABLE = """
 import errno, json, os, sys
@@ -343,30 +254,6 @@ def test_a_runner_that_cannot_be_read_keeps_its_record(
     assert record.exists() and liveness(runner.identity) == "alive"
 
 
-# --- 7. scan shows everything a sweep would signal ---------------------------------------
-
-
-def test_scan_lists_the_descendants_a_sweep_would_signal(
-    planted: list[ProcessIdentity],
-) -> None:
-    token = f"eog-tree-{uuid.uuid4().hex}"
-    code = "import subprocess, time; subprocess.Popen(['/bin/sleep', '600']); time.sleep(600)"
-    parent = start_orphan([sys.executable, "-c", f"{code}  # {token}"])
-    planted.append(parent)
-    deadline = time.monotonic() + 10
-    while not (children := psutil.Process(parent.pid).children()):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    child = children[0].pid
-    report = report_of(run_cli("scan", "--json", "--registry-only", "--match", token))
-    (suspect,) = report["suspects"]
-    assert suspect["pid"] == parent.pid and suspect["descendants"] == [child]
-    table = run_cli("scan", "--registry-only", "--match", token).stdout
-    assert f"descendant(s) {child}" in table
-    swept = report_of(run_cli("sweep", "--json", "--registry-only", "--match", token))
-    assert swept["results"][0]["descendants"] == [child]
-
-
 # --- root: other users ------------------------------------------------------------------
 
 
@@ -385,75 +272,6 @@ def test_root_is_told_how_many_other_users_processes_were_spared(
     report = report_of(run_cli(*arguments))
     assert [suspect["pid"] for suspect in report["suspects"]] == [nobody.pid]
     assert scenarios.wait_gone([nobody], 3.0)[nobody] is not None
-
-
-# --- a filesystem without locks ----------------------------------------------------------
-
-
-def test_a_filesystem_without_locks_is_a_warning(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    def no_locks(fd: int, operation: int) -> None:
-        raise OSError(errno.ENOLCK, "No locks available")
-
-    monkeypatch.setattr(fcntl, "flock", no_locks)
-    code = cli.main(["sweep", "--json", "--registry-only"])
-    document = json.loads(capsys.readouterr().out)
-    assert code == 0
-    assert any("cannot lock" in warning for warning in document["warnings"])
-
-
-# --- the runner that dies while the sweep acts ---------------------------------------------
-
-
-_RUNNER_DIES_FIRST = """
-import json, os, signal, sys, time
-from exo_orphan_guard import killing, system
-from exo_orphan_guard.identity import identity_of
-from exo_orphan_guard.sweeping import sweep
-
-runner, child = identity_of(int(sys.argv[1])), int(sys.argv[2])
-real_execute = killing.execute
-
-def runner_dies_first(targets, *rest):
-    if runner in targets:
-        os.kill(runner.pid, signal.SIGKILL)
-        while system.parent_pid(child) == runner.pid:  # until it is reparented
-            time.sleep(0.001)
-    return real_execute(targets, *rest)
-
-killing.execute = runner_dies_first
-report = sweep(grace=0.2, fingerprint=False)
-print(json.dumps([verdict.rule for verdict in report.targets]))
-"""
-
-
-def test_a_runner_dying_between_snapshot_and_kill_leaves_no_child(
-    start_worker: StartWorker, isolated_environment: Path
-) -> None:
-    """The chaos test's find: a recorded runner is judged an orphan, then dies (its
-    PR_SET_PDEATHSIG, say) before it is frozen; its child, reparented out of reach of
-    the tree walk, still sits in the runner's group."""
-    worker = start_worker(["child"], strategy="sentinel")
-    (runner,) = worker.runners
-    (child,) = runner.children
-    # Its record now names a worker that is gone.
-    path = host_directory(isolated_environment) / f"runner-{runner.identity.pid}.json"
-    registry, _ = Registry.open(isolated_environment, create=False)
-    assert registry is not None
-    (loaded,) = registry.load()[0]
-    dead = ProcessIdentity(worker.pid, loaded.record.worker.started - 1.0)
-    registry.write(dataclasses.replace(loaded.record, worker=dead))
-    completed = subprocess.run(
-        [sys.executable, "-c", _RUNNER_DIES_FIRST, str(runner.identity.pid), str(child.pid)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert scenarios.wait_gone([child], 2.0)[child] is not None, completed.stdout
-    assert json.loads(completed.stdout) == ["registry", "registry-group"]
-    assert not path.exists()
 
 
 def _record(pid: int, started: float, *, argv: tuple[str, ...]) -> RunnerRecord:
