@@ -1,8 +1,7 @@
 """`exo-orphan-guard`: the operator's command line.
 
 Exit codes: 0 nothing left (or all checks passed), 1 orphans or failures remain,
-2 usage or configuration error, 3 (`--hosts`) a host could not be checked; `exec`
-exits with its command's status. Errors are one line on stderr, never a traceback.
+2 usage or configuration error. Errors are one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NoReturn, final
 
-from . import doctor, exec_wrapper, explain, patching, remote, report_format, selftest, settings
+from . import doctor, explain, patching, report_format, selftest, settings
 from .sweeping import sweep
 
 EXIT_OK: Final = 0
@@ -256,7 +255,8 @@ def _add_host_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--hosts",
         metavar="H1,H2,...",
-        help="run this on each host over ssh (BatchMode, in parallel), one report",
+        help="run this on each host over ssh (BatchMode, in parallel), one report; "
+        "exit code: the worst host's, 3 if a host could not be checked",
     )
     command.add_argument(
         "--hostfile", type=Path, metavar="PATH", help="the hosts of an mlx.launch hostfile"
@@ -264,6 +264,8 @@ def _add_host_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _on_hosts(arguments: argparse.Namespace, command: str) -> int:
+    from . import remote
+
     try:
         hosts = remote.parse_host_list(arguments.hosts) if arguments.hosts else []
         if arguments.hostfile is not None:
@@ -291,6 +293,8 @@ def _on_hosts(arguments: argparse.Namespace, command: str) -> int:
 
 
 def _exec(arguments: argparse.Namespace) -> int:
+    from . import exec_wrapper
+
     try:
         command = exec_wrapper.parse_command(arguments.argv)
     except ValueError as error:

@@ -8,7 +8,7 @@ is only ever a target when one rule positively says so, and any doubt spares it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, final
 
@@ -53,7 +53,7 @@ def decide(
     verdicts: dict[Pid, Verdict] = {}
     forgotten: list[Verdict] = []
     for loaded in records:
-        verdict = _judge_record(table, loaded)
+        verdict = _judge_record(table, loaded, options)
         if verdict.action == "forget":
             forgotten.append(verdict)
         else:
@@ -70,7 +70,7 @@ def decide(
     return (*verdicts.values(), *forgotten)
 
 
-def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
+def _judge_record(table: ProcessTable, loaded: LoadedRecord, options: SweepOptions) -> Verdict:
     record = loaded.record
     labels = dict(record.labels)
 
@@ -97,6 +97,10 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
     if record.worker == table.me:
         return verdict("spare", "runner of this worker", process)
     if _alive_in(table, record.worker):
+        if options.any_parent and _matches(options, process):
+            # A wrapped rank whose parent is a stuck sshd: the operator named it.
+            reason = "command line matches --match (--any-parent); its parent lives"
+            return Verdict(record.pid, "kill", reason, "match-any-parent", process, loaded, labels)
         return verdict("spare", f"its worker {record.worker.pid} is alive", process)
     return verdict("kill", f"its worker {record.worker.pid} is gone", process)
 
@@ -138,7 +142,7 @@ def _alive_in(table: ProcessTable, identity: ProcessIdentity) -> bool:
 def _judge_unrecorded(
     table: ProcessTable, process: ProcessInfo, options: SweepOptions
 ) -> Verdict | None:
-    matched = options.match is not None and options.match.search(" ".join(process.argv)) is not None
+    matched = _matches(options, process)
     runner_like = options.fingerprint and process.is_spawn_child and process.runs_exo
     if not (matched or runner_like) or process.exited:
         return None
@@ -151,6 +155,8 @@ def _judge_unrecorded(
         return verdict("spare", protection)
     parent = table.processes.get(Pid(process.ppid))
     parent_alive = parent is not None and not parent.exited
+    if not runner_like and _queries_the_guard(process.argv):
+        return verdict("spare", "an exo-orphan-guard scan/sweep/doctor (or the ssh running one)")
     if runner_like:
         if parent is not None and parent_alive and parent.runs_exo:
             return verdict("spare", f"its parent {process.ppid} is a live exo process")
@@ -163,6 +169,30 @@ def _judge_unrecorded(
     return verdict(
         "spare", f"matches --match but its parent {process.ppid} is alive (see --any-parent)"
     )
+
+
+def _matches(options: SweepOptions, process: ProcessInfo) -> bool:
+    return options.match is not None and options.match.search(" ".join(process.argv)) is not None
+
+
+def _queries_the_guard(argv: Sequence[str]) -> bool:
+    """Whether this runs `exo-orphan-guard scan|sweep|doctor`, itself or through ssh.
+
+    `--match` sees whole command lines, and a `sweep --hosts` that reaches this very
+    host has the regex in its own argv and in its ssh clients': never kill those.
+    """
+    words = " ".join(argv).split()
+    for index, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] not in _GUARD_PROGRAMS:
+            continue
+        command = next((later for later in words[index + 1 :] if not later.startswith("-")), "")
+        if command in _GUARD_QUERIES:
+            return True
+    return False
+
+
+_GUARD_PROGRAMS = frozenset({"exo-orphan-guard", "exo_orphan_guard"})
+_GUARD_QUERIES = frozenset({"scan", "sweep", "doctor"})
 
 
 def _protection(table: ProcessTable, process: ProcessInfo) -> str | None:

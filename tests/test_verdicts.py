@@ -242,6 +242,47 @@ def test_match_with_any_parent_kills_under_a_live_sshd() -> None:
     assert verdicts[301].action == "kill" and verdicts[301].rule == "match-any-parent"
 
 
+def test_match_never_kills_a_guard_query_nor_the_ssh_carrying_one() -> None:
+    # `sweep --hosts` reaching this very host: the regex is in its argv and its ssh's.
+    local = proc(
+        300, ppid=40, argv=("/v/bin/python", "/v/bin/exo-orphan-guard", "sweep", "--match", "tok")
+    )
+    module = proc(301, ppid=40, argv=("python3", "-m", "exo_orphan_guard", "scan", "tok"))
+    ssh = proc(
+        302,
+        ppid=300,
+        argv=("ssh", "-o", "BatchMode=yes", "--", "h1", "exo-orphan-guard sweep --match tok"),
+    )
+    wrapped = proc(
+        303, ppid=1, argv=("/v/bin/exo-orphan-guard", "exec", "--", "python3", "tok", "sweep")
+    )
+    rank = proc(304, ppid=1, argv=("python3", "tok.py", "--sweep"))
+    options = SweepOptions(match=re.compile("tok"), any_parent=True)
+    verdicts = by_pid(decide(table(local, module, ssh, wrapped, rank), [], options))
+    assert {pid: verdict.action for pid, verdict in verdicts.items()} == {
+        300: "spare",
+        301: "spare",
+        302: "spare",
+        303: "kill",
+        304: "kill",
+    }
+
+
+def test_match_any_parent_kills_a_recorded_wrapper_whose_parent_lives() -> None:
+    # `exec` under a stuck sshd: its recorded worker (the sshd) is alive.
+    sshd = proc(200, argv=("sshd: me@pts/0",), exo=False)
+    wrapper_argv = ("/v/bin/exo-orphan-guard", "exec", "--", "python3", "rank.py")
+    recorded = record(300, ProcessIdentity(Pid(200), 200.0), argv=wrapper_argv)
+    snapshot = table(sshd, proc(300, ppid=200, argv=wrapper_argv, exo=False))
+    spared = by_pid(decide(snapshot, [recorded], SweepOptions(match=re.compile("rank"))))
+    assert spared[300].action == "spare"
+    options = SweepOptions(match=re.compile("rank"), any_parent=True)
+    killed = by_pid(decide(snapshot, [recorded], options))
+    assert killed[300].action == "kill" and killed[300].rule == "match-any-parent"
+    other = SweepOptions(match=re.compile("other"), any_parent=True)
+    assert by_pid(decide(snapshot, [recorded], other))[300].action == "spare"
+
+
 def test_a_recorded_verdict_is_not_judged_twice_by_the_fingerprint() -> None:
     worker = proc(200, argv=("/x/python", "-m", "exo"), exo=True)
     verdicts = decide(
