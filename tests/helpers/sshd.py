@@ -42,7 +42,7 @@ def why_sshd_cannot_run() -> str | None:
     if find_sshd() is None:
         return (
             "no sshd: install Debian's openssh-server "
-            "(`apt-get install openssh-server`; `make test` does it as root)"
+            "(`apt-get install openssh-server`; `make setup` does it as root with apt-get)"
         )
     if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
         return "no ssh client or ssh-keygen (Debian: openssh-client)"
