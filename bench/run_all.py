@@ -146,6 +146,9 @@ def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
 
     trials: int = arguments.launch_trials
     repetitions: int = arguments.hosts_repetitions
+    alone = ""
+    if arguments.only.replace(" ", "") == "launch":
+        alone = "Run alone (`--only launch`), not within a full `make bench`. "
     launch = launch_cost.run_launch(trials, scratch / "registry")
     hosts = launch_cost.run_hosts(repetitions, scratch)
     return "\n".join(
@@ -155,12 +158,12 @@ def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
                 f"python -m bench.run_all --only launch --launch-trials {trials} "
                 f"--hosts-repetitions {repetitions}",
             ),
-            f"{trials} trials. In each, one launcher per wrapper variant starts its ranks the "
-            "way `mlx.launch` starts local ones (`bash -c 'exec CMD'`, stdin a pipe from the "
-            "launcher): 2 idle and 2 holding the GIL in `ctypes.PyDLL(None).sleep()`. The "
-            "launchers are SIGKILLed one at a time in random order; time runs from just "
-            "before the kill until the last of those ranks (rank and wrapper processes) is "
-            "gone, seen through pidfds. Bare ranks are tried every "
+            f"{alone}{trials} trials. In each, one launcher per wrapper variant starts its "
+            "ranks the way `mlx.launch` starts local ones (`bash -c 'exec CMD'`, stdin a "
+            "pipe from the launcher): 2 idle and 2 holding the GIL in "
+            "`ctypes.PyDLL(None).sleep()`. The launchers are SIGKILLed one at a time in random "
+            "order; time runs from just before the kill until the last of those ranks (rank "
+            "and wrapper processes) is gone, seen through pidfds. Bare ranks are tried every "
             f"{launch_cost.BARE_EVERY_TRIALS}th trial only.\n",
             launch_cost.render_launch(launch),
             "",
@@ -169,7 +172,9 @@ def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             f"{repetitions} runs per row, rows interleaved in random order. The hosts are "
             "real `sshd` servers on 127.0.0.1 (one per host, throw-away keys, "
             "`tests/helpers/sshd.py`), so the ssh handshakes are real and the network is "
-            "not. The shell loop visits the same 4 hosts one after another.\n",
+            f'not; all 4 "hosts" share this machine\'s {os.cpu_count()} cores, so 4 hosts '
+            "cost more than 1 here where real hosts would not. The shell loop visits the same 4 hosts one after "
+            "another.\n",
             launch_cost.render_hosts(hosts),
             "",
         ]
