@@ -173,8 +173,8 @@ def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             "real `sshd` servers on 127.0.0.1 (one per host, throw-away keys, "
             "`tests/helpers/sshd.py`), so the ssh handshakes are real and the network is "
             f'not; all 4 "hosts" share this machine\'s {os.cpu_count()} cores, so 4 hosts '
-            "cost more than 1 here where real hosts would not. The shell loop visits the same 4 hosts one after "
-            "another.\n",
+            "cost more than 1 here where real hosts would not. The shell loop visits the "
+            "same 4 hosts one after another.\n",
             launch_cost.render_hosts(hosts),
             "",
         ]
