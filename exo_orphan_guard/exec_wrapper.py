@@ -244,12 +244,20 @@ class _Supervisor:
             self._child.send_signal(number)
 
     def _kill_tree(self) -> None:
+        """SIGKILL the command's tree and whatever is left in the wrapper's group.
+
+        The wrapper's watchdog (its only other child) is spared: if the wrapper dies
+        half-way (PR_SET_PDEATHSIG as the launcher exits), the watchdog kills the group.
+        """
         me = os.getpid()
-        doomed = [*system.descendants(me)]
+        spared = {me, *(pid for pid in system.child_pids(me) if pid != self._child.pid)}
+        doomed: list[int] = []
+        if self._child.returncode is None:  # once reaped, its pid may be someone else's
+            doomed += [self._child.pid, *system.descendants(self._child.pid)]
         if self._group is not None:
             doomed += system.group_members([self._group])
         for pid in dict.fromkeys(doomed):
-            if pid != me:
+            if pid not in spared:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
 

@@ -23,6 +23,7 @@ from exo_orphan_guard.launch_scenario import RankKind, StartedLauncher
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
 WRAPPER = [sys.executable, "-m", "exo_orphan_guard", "exec"]
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 ALL_KINDS: list[RankKind] = ["idle", "gil", "child", "deaf"]
 # A child that reports its pid and those of its own child, then waits.
 PYTHON_WITH_CHILD = (
@@ -62,16 +63,28 @@ def wrapped() -> Iterator[list[subprocess.Popen[str]]]:
             process.wait()
 
 
+def _ignore(ignoring: signal.Signals | None) -> None:
+    for number in FORWARDED:
+        signal.signal(number, signal.SIG_IGN if number == ignoring else signal.SIG_DFL)
+
+
 def start_wrapped(
-    started: list[subprocess.Popen[str]], *options: str, code: str
+    started: list[subprocess.Popen[str]],
+    *options: str,
+    code: str,
+    ignoring: signal.Signals | None = None,
 ) -> tuple[subprocess.Popen[str], list[ProcessIdentity]]:
-    """`exec OPTIONS -- python -c CODE`, and the pids the code printed first."""
+    """`exec OPTIONS -- python -c CODE`, and the pids the code printed first.
+
+    The wrapper starts with default dispositions for the forwarded signals, or with
+    `ignoring` ignored (as under nohup), whatever this test process inherited."""
     process = subprocess.Popen(
         [*WRAPPER, *options, "--", sys.executable, "-c", code],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: _ignore(ignoring),
     )
     started.append(process)
     assert process.stdout is not None
@@ -214,6 +227,20 @@ def test_signals_are_forwarded_and_the_exit_status_passes_through(
     out, _ = process.communicate(timeout=10)
     assert out.strip() == number.name
     assert process.returncode == 3
+
+
+def test_a_signal_ignored_when_the_wrapper_starts_stays_ignored(
+    wrapped: list[subprocess.Popen[str]],
+) -> None:
+    # Under nohup: neither the wrapper nor the command acts on SIGHUP.
+    code = "import signal\nsignal.signal(signal.SIGHUP, signal.SIG_DFL)\n" + PYTHON_WITH_CHILD
+    process, tree = start_wrapped(wrapped, code=code, ignoring=signal.SIGHUP)
+    process.send_signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert process.poll() is None and scenarios.alive(tree) == tree
+    process.terminate()
+    assert process.wait(timeout=10) == 128 + signal.SIGTERM
+    assert gone_within(tree, 1.0)
 
 
 def test_a_command_deaf_to_sigterm_is_killed_with_its_tree_after_the_grace(
