@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENT = ROOT / "docs" / "benchmarks.md"
 
-SECTION_ORDER = ["watch", "idle", "sweep", "group"]
+SECTION_ORDER = ["watch", "idle", "sweep", "group", "launch"]
 
 INTRO = """# Benchmarks
 
@@ -141,11 +141,52 @@ def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    from . import launch_cost
+
+    trials: int = arguments.launch_trials
+    repetitions: int = arguments.hosts_repetitions
+    alone = ""
+    if arguments.only.replace(" ", "") == "launch":
+        alone = "Run alone (`--only launch`), not within a full `make bench`. "
+    launch = launch_cost.run_launch(trials, scratch / "registry")
+    hosts = launch_cost.run_hosts(repetitions, scratch)
+    return "\n".join(
+        [
+            _header(
+                "mlx.launch-shaped clusters: launcher SIGKILL, and `sweep --hosts`",
+                f"python -m bench.run_all --only launch --launch-trials {trials} "
+                f"--hosts-repetitions {repetitions}",
+            ),
+            f"{alone}{trials} trials. In each, one launcher per wrapper variant starts its "
+            "ranks the way `mlx.launch` starts local ones (`bash -c 'exec CMD'`, stdin a "
+            "pipe from the launcher): 2 idle and 2 holding the GIL in "
+            "`ctypes.PyDLL(None).sleep()`. The launchers are SIGKILLed one at a time in random "
+            "order; time runs from just before the kill until the last of those ranks (rank "
+            "and wrapper processes) is gone, seen through pidfds. Bare ranks are tried every "
+            f"{launch_cost.BARE_EVERY_TRIALS}th trial only.\n",
+            launch_cost.render_launch(launch),
+            "",
+            f"`sweep --hosts` end to end (Python start-up, ssh connections, the remote "
+            f"sweeps; `--registry-only --match TOKEN --any-parent --json`, nothing to kill), "
+            f"{repetitions} runs per row, rows interleaved in random order. The hosts are "
+            "real `sshd` servers on 127.0.0.1 (one per host, throw-away keys, "
+            "`tests/helpers/sshd.py`), so the ssh handshakes are real and the network is "
+            f'not; all 4 "hosts" share this machine\'s {os.cpu_count()} cores, so 4 hosts '
+            "cost more than 1 here where real hosts would not. The shell loop visits the "
+            "same 4 hosts one after another.\n",
+            launch_cost.render_hosts(hosts),
+            "",
+        ]
+    )
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "idle": idle_section,
     "sweep": sweep_section,
     "group": group_section,
+    "launch": launch_section,
 }
 
 
@@ -156,6 +197,8 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--sweep-repetitions", type=int, default=40)
     parser.add_argument("--group-trials", type=int, default=20)
+    parser.add_argument("--launch-trials", type=int, default=100)
+    parser.add_argument("--hosts-repetitions", type=int, default=20)
     arguments = parser.parse_args()
     chosen = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]

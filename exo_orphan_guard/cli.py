@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="root only: also other users' processes (never the default)",
         )
+        _add_host_arguments(command)
         if name == "scan":
             command.add_argument(
                 "--all", action="store_true", help="also show what was spared, and why"
@@ -111,6 +112,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor_command.add_argument("--exo", type=Path, metavar="PATH", help="exo checkout to check")
     doctor_command.add_argument("--json", action="store_true")
+    _add_host_arguments(doctor_command)
+
+    exec_command = commands.add_parser(
+        "exec",
+        help="run a command that dies with this wrapper's parent (mlx.launch ranks)",
+        description="Runs CMD as a guarded child: CMD and its tree die when this wrapper's "
+        "parent dies, on SIGTERM/SIGINT/SIGHUP (forwarded, SIGKILL after the grace) and, "
+        "with --stdin-hup, when stdin closes. Exits with CMD's status (128+N for signal N); "
+        "126/127 if CMD cannot run; 2 usage error.",
+    )
+    exec_command.add_argument(
+        "--grace",
+        type=_seconds,
+        default=settings.DEFAULT_GRACE_SECONDS,
+        metavar="SECONDS",
+        help=f"between the forwarded signal and SIGKILL (default "
+        f"{settings.DEFAULT_GRACE_SECONDS:g})",
+    )
+    exec_command.add_argument(
+        "--stdin-hup",
+        action="store_true",
+        help="also stop CMD when stdin reaches EOF or hangs up (CMD then gets /dev/null)",
+    )
+    exec_command.add_argument(
+        "argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to run"
+    )
 
     test = commands.add_parser("selftest", help="prove the parent watch on this machine")
     test.add_argument(
@@ -140,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(arguments: argparse.Namespace) -> int:
     command: str = arguments.command
     match command:
+        case "scan" | "sweep" | "doctor" if arguments.hosts or arguments.hostfile:
+            return _on_hosts(arguments, command)
         case "scan" | "sweep":
             return _sweep(arguments, command)
         case "patch":
@@ -150,6 +179,8 @@ def _dispatch(arguments: argparse.Namespace) -> int:
             return _doctor(arguments)
         case "selftest":
             return _selftest(arguments)
+        case "exec":
+            return _exec(arguments)
         case _:
             raise UsageError(f"unknown command {command!r}")
 
@@ -224,6 +255,58 @@ def _doctor(arguments: argparse.Namespace) -> int:
     )
     print(doctor.to_json(checks) if arguments.json else doctor.render(checks))
     return doctor.exit_code(checks)
+
+
+def _add_host_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--hosts",
+        metavar="H1,H2,...",
+        help="run this on each host over ssh (BatchMode, in parallel), one report; "
+        "exit code: the worst host's, 3 if a host could not be checked",
+    )
+    command.add_argument(
+        "--hostfile", type=Path, metavar="PATH", help="the hosts of an mlx.launch hostfile"
+    )
+
+
+def _on_hosts(arguments: argparse.Namespace, command: str) -> int:
+    from . import remote
+
+    try:
+        hosts = remote.parse_host_list(arguments.hosts) if arguments.hosts else []
+        if arguments.hostfile is not None:
+            hosts += remote.parse_hostfile(arguments.hostfile)
+        if command != "doctor":
+            remote.check_sweep_arguments(arguments.match, arguments.any_parent)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    words = [command, *(["--json"] if arguments.json else [])]
+    if command == "doctor":
+        if arguments.exo is not None:
+            words += ["--exo", str(arguments.exo)]
+    else:
+        words += ["--registry-only"] if arguments.registry_only else []
+        words += ["--match", arguments.match] if arguments.match is not None else []
+        words += ["--any-parent"] if arguments.any_parent else []
+        words += ["--dir", str(arguments.dir)] if arguments.dir is not None else []
+        words += ["--all"] if command == "scan" and arguments.all else []
+        if command == "sweep":
+            words += ["--dry-run"] if arguments.dry_run else []
+            words += ["--grace", f"{arguments.grace!r}"] if arguments.grace is not None else []
+    report = remote.run_on_hosts(hosts, command, words)
+    print(remote.to_json(report) if arguments.json else remote.to_text(report))
+    return report.exit_code
+
+
+def _exec(arguments: argparse.Namespace) -> int:
+    from . import exec_wrapper
+
+    try:
+        command = exec_wrapper.parse_command(arguments.argv)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    options = exec_wrapper.ExecOptions(command, arguments.grace, arguments.stdin_hup)
+    return exec_wrapper.run(options)
 
 
 def _seconds(text: str) -> float:

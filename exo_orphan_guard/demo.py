@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from . import ring_scenario, scenarios
+from . import demo_launch, ring_scenario, scenarios
 from .scenario_worker import Watch
 
 ORPHAN_LOOK_SECONDS = 1.0
@@ -24,7 +24,12 @@ MLX_HANG_TIMEOUT_SECONDS = 6.0
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _interrupt)
-    sections: list[Callable[[Path], None]] = [_round_guard_off, _round_guard_on, _mlx_group]
+    sections: list[Callable[[Path], bool | None]] = [
+        _round_guard_off,
+        _round_guard_on,
+        _mlx_group,
+        demo_launch.launcher_killed,
+    ]
     with tempfile.TemporaryDirectory(prefix="eog-demo-") as scratch:
         try:
             for section in sections:

@@ -28,26 +28,36 @@ SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
 _SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
 GUARD_COMMAND: Final = "exo-orphan-guard"
 _GUARD_MODULES: Final = frozenset({"exo_orphan_guard", "exo_orphan_guard.cli"})
+_GUARD_SUBCOMMANDS: Final = frozenset({"scan", "sweep", "doctor", "exec", "selftest"})
 T = TypeVar("T")
 _MAX_DEPTH: Final = 256
 
 
 def is_guard_command(argv: Sequence[str]) -> bool:
-    """`exo-orphan-guard ...` or `python -m exo_orphan_guard ...`: another sweep (or a
-    wrapper), which no sweep may signal, whatever it matches."""
+    """Whether this is, or runs, `exo-orphan-guard`: another sweep, an `exec` wrapper,
+    or the ssh (or shell) carrying one to this host for a `sweep --hosts`. No sweep
+    signals one, whatever `--match` says: both command lines hold the same regex."""
     if not argv:
         return False
     if os.path.basename(argv[0]) == GUARD_COMMAND:
         return True
-    if not os.path.basename(argv[0]).startswith("python"):
+    if os.path.basename(argv[0]).startswith("python"):
+        words = iter(argv[1:])
+        for word in words:
+            if word == "-m":
+                return next(words, "") in _GUARD_MODULES
+            if not word.startswith("-"):
+                return os.path.basename(word) == GUARD_COMMAND
         return False
-    words = iter(argv[1:])
-    for word in words:
-        if word == "-m":
-            return next(words, "") in _GUARD_MODULES
-        if not word.startswith("-"):
-            return os.path.basename(word) == GUARD_COMMAND
-    return False
+    # A command line handed over as one string (`ssh host 'exo-orphan-guard sweep ...'`,
+    # `sh -c '...'`): a word naming the CLI followed by one of its commands.
+    words = " ".join(argv).split()
+    return any(
+        os.path.basename(word) in (GUARD_COMMAND, "exo_orphan_guard")
+        and next((later for later in words[index + 1 :] if not later.startswith("-")), "")
+        in _GUARD_SUBCOMMANDS
+        for index, word in enumerate(words)
+    )
 
 
 @final

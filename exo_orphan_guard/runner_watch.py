@@ -140,19 +140,32 @@ def _start_watch(labels: Mapping[str, str]) -> WatchPlan | None:
     if strategy.warning is not None:
         warn_once(strategy.warning)
     me = current_identity()
-    # Everything the runner starts inherits this: proof, later, of what it started.
-    os.environ[settings.RUNNER_ENV] = me.encode()
     worker = _recorded_worker()
     if worker is None or liveness(worker) == "gone":
         _die(me, None, "its worker died before the runner was guarded")
+    return arm_watch(me, worker, _lead_own_process_group(), labels, strategy.value)
 
-    group = _lead_own_process_group()
+
+def arm_watch(
+    me: ProcessIdentity,
+    worker: ProcessIdentity,
+    group: int | None,
+    labels: Mapping[str, str],
+    strategy: settings.Strategy,
+) -> WatchPlan:
+    """Arm the watch of process `me` (this one) on `worker` and record it.
+
+    `group`: the process group `me` leads, or None. Exits at once (killing the tree)
+    if the worker dies while the watch is armed. Raises whatever arming fails with.
+    """
+    # Everything `me` starts from now on inherits this: proof, later, of what it started.
+    os.environ[settings.RUNNER_ENV] = me.encode()
     capabilities = WatchCapabilities(
         waiters=usable_waiters(worker),
         parent_death_signal=_parent_death_signal_safety(worker, me),
         can_fork=hasattr(os, "fork"),
     )
-    plan = plan_watch(strategy.value, capabilities)
+    plan = plan_watch(strategy, capabilities)
     for note in plan.notes:
         logger.warning(f"orphan guard: {note}")
 
@@ -225,6 +238,8 @@ def _parent_death_signal_safety(worker: ProcessIdentity, me: ProcessIdentity) ->
 
 def _lead_own_process_group() -> int | None:
     """Put the runner and all it will start into one group that can be killed at once."""
+    if os.getpgrp() == os.getpid():
+        return os.getpid()  # already a leader; setpgid fails for a session leader
     try:
         os.setpgid(0, 0)
     except OSError as error:

@@ -350,6 +350,35 @@ def test_match_with_any_parent_kills_under_a_live_sshd() -> None:
     assert verdicts[301].action == "kill" and verdicts[301].rule == "match-any-parent"
 
 
+def test_match_never_kills_a_guard_query_nor_the_ssh_carrying_one() -> None:
+    # `sweep --hosts` reaching this very host: the regex is in its argv and its ssh's.
+    local = proc(
+        300, ppid=40, argv=("/v/bin/python", "/v/bin/exo-orphan-guard", "sweep", "--match", "tok")
+    )
+    module = proc(301, ppid=40, argv=("python3", "-m", "exo_orphan_guard", "scan", "tok"))
+    ssh = proc(
+        302,
+        ppid=300,
+        argv=("ssh", "-o", "BatchMode=yes", "--", "h1", "exo-orphan-guard sweep --match tok"),
+    )
+    # An `exec` wrapper is spared too: its command (305) is what goes, and it follows.
+    wrapped = proc(
+        303, ppid=1, argv=("/v/bin/exo-orphan-guard", "exec", "--", "python3", "tok", "sweep")
+    )
+    rank = proc(304, ppid=1, argv=("python3", "tok.py", "--sweep"))
+    command = proc(305, ppid=303, argv=("python3", "tok", "sweep"), exo=False)
+    options = SweepOptions(match=re.compile("tok"), any_parent=True)
+    verdicts = by_pid(decide(table(local, module, ssh, wrapped, rank, command), [], options))
+    assert {pid: verdict.action for pid, verdict in verdicts.items()} == {
+        300: "spare",
+        301: "spare",
+        302: "spare",
+        303: "spare",
+        304: "kill",
+        305: "kill",
+    }
+
+
 def test_a_recorded_verdict_is_not_judged_twice_by_the_fingerprint() -> None:
     worker = proc(200, argv=("/x/python", "-m", "exo"), exo=True)
     verdicts = decide(

@@ -1,0 +1,348 @@
+"""`exo-orphan-guard exec` on real processes: ranks die with their launcher, signals are
+forwarded and escalated, exit codes and stdio pass through, `--stdin-hup` fires."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exo_orphan_guard import launch_scenario, scenarios
+from exo_orphan_guard.exec_wrapper import exit_status, parse_command
+from exo_orphan_guard.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.launch_scenario import RankKind, StartedLauncher
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
+
+WRAPPER = [sys.executable, "-m", "exo_orphan_guard", "exec"]
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+ALL_KINDS: list[RankKind] = ["idle", "gil", "child", "deaf"]
+# A child that reports its pid and those of its own child, then waits.
+PYTHON_WITH_CHILD = (
+    "import os, subprocess, sys, time\n"
+    "child = subprocess.Popen(['sleep', '3600'])\n"
+    "print(os.getpid(), child.pid, flush=True)\n"
+    "time.sleep(3600)\n"
+)
+TERM_REPORTER = (
+    "import os, signal, sys, time\n"
+    "def on(number, frame):\n"
+    "    print(signal.Signals(number).name, flush=True)\n"
+    "    sys.exit(3)\n"
+    "for name in ('SIGTERM', 'SIGINT', 'SIGHUP'):\n"
+    "    signal.signal(getattr(signal, name), on)\n"
+    "print(os.getpid(), flush=True)\n"
+    "time.sleep(3600)\n"
+)
+
+
+@pytest.fixture
+def launchers() -> Iterator[list[StartedLauncher]]:
+    started: list[StartedLauncher] = []
+    yield started
+    for launcher in started:
+        launch_scenario.cleanup(launcher)
+
+
+@pytest.fixture
+def wrapped() -> Iterator[list[subprocess.Popen[str]]]:
+    """Wrappers started by a test; killed with whatever they report at teardown."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _ignore(ignoring: signal.Signals | None) -> None:
+    for number in FORWARDED:
+        signal.signal(number, signal.SIG_IGN if number == ignoring else signal.SIG_DFL)
+
+
+def start_wrapped(
+    started: list[subprocess.Popen[str]],
+    *options: str,
+    code: str,
+    ignoring: signal.Signals | None = None,
+) -> tuple[subprocess.Popen[str], list[ProcessIdentity]]:
+    """`exec OPTIONS -- python -c CODE`, and the pids the code printed first.
+
+    The wrapper starts with default dispositions for the forwarded signals, or with
+    `ignoring` ignored (as under nohup), whatever this test process inherited."""
+    process = subprocess.Popen(
+        [*WRAPPER, *options, "--", sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: _ignore(ignoring),
+    )
+    started.append(process)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    identities = [identity_of(int(word)) for word in line.split()]
+    assert identities and all(identity is not None for identity in identities), line
+    return process, [identity for identity in identities if identity is not None]
+
+
+def gone_within(processes: list[ProcessIdentity], seconds: float) -> bool:
+    return all(seen is not None for seen in scenarios.wait_gone(processes, seconds).values())
+
+
+# --- pure parts ----------------------------------------------------------------------
+
+
+def test_exit_status_is_the_shells() -> None:
+    assert exit_status(0) == 0
+    assert exit_status(7) == 7
+    assert exit_status(-signal.SIGTERM) == 143
+    assert exit_status(-signal.SIGKILL) == 137
+
+
+def test_parse_command_drops_the_separator_and_needs_a_command() -> None:
+    assert parse_command(["--", "python3", "-c", "--"]) == ("python3", "-c", "--")
+    assert parse_command(["python3"]) == ("python3",)
+    with pytest.raises(ValueError, match="needs a command"):
+        parse_command(["--"])
+
+
+# --- the launcher is SIGKILLed ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("stdin_hup", [False, True], ids=["watch", "watch+stdin-hup"])
+def test_ranks_and_their_children_die_with_the_launcher(
+    launchers: list[StartedLauncher], isolated_environment: Path, stdin_hup: bool
+) -> None:
+    launcher = launch_scenario.start_launcher(
+        ALL_KINDS,
+        wrapper=launch_scenario.wrapper_words(stdin_hup=stdin_hup),
+        registry=isolated_environment,
+    )
+    launchers.append(launcher)
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)  # the GIL ranks are inside their native call
+    tracked = launcher.all_processes()
+    assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (watchdogs not counted)
+    killed_at = launch_scenario.kill_launcher(launcher)
+    exits = scenarios.wait_gone(tracked, 1.0)
+    late = [identity.pid for identity, seen in exits.items() if seen is None]
+    assert not late, f"alive 1 s after the launcher's SIGKILL: {late}"
+    assert max(seen - killed_at for seen in exits.values() if seen is not None) < 1.0
+
+
+def test_control_without_the_wrapper_the_ranks_outlive_the_launcher(
+    launchers: list[StartedLauncher], isolated_environment: Path
+) -> None:
+    launcher = launch_scenario.start_launcher(ALL_KINDS, wrapper=[], registry=isolated_environment)
+    launchers.append(launcher)
+    tracked = launcher.all_processes()
+    launch_scenario.kill_launcher(launcher)
+    time.sleep(1.0)
+    assert scenarios.alive(tracked) == tracked
+
+
+def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
+    launchers: list[StartedLauncher], isolated_environment: Path
+) -> None:
+    # Only the watch thread is armed, and the wrapper is stopped: its watch cannot
+    # act, as if it were stuck. The sweep must see it as a runner of a dead worker.
+    launcher = launch_scenario.start_launcher(
+        ["idle"],
+        wrapper=launch_scenario.wrapper_words(stdin_hup=False),
+        registry=isolated_environment,
+        extra_env={"EXO_ORPHAN_GUARD_STRATEGY": "pidfd"},
+    )
+    launchers.append(launcher)
+    rank = launcher.ranks[0]
+    assert rank.wrapper is not None
+    records = list(isolated_environment.glob("runner-*.json"))
+    assert [path.name for path in records] == [f"runner-{rank.wrapper.pid}.json"]
+    record = json.loads(records[0].read_text())
+    assert record["worker"]["pid"] == launcher.process.pid
+    assert record["labels"]["wrapped"].endswith("launch_scenario rank idle 0")
+
+    def sweep() -> dict[str, Any]:
+        completed = subprocess.run(
+            [sys.executable, "-m", "exo_orphan_guard", "sweep", "--json", "--registry-only"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert completed.returncode == 0, completed.stderr
+        document: dict[str, Any] = json.loads(completed.stdout)
+        return document
+
+    spared = sweep()["spared"]
+    assert [entry["pid"] for entry in spared] == [rank.wrapper.pid]
+    assert spared[0]["reason"] == f"its worker {launcher.process.pid} is alive"
+
+    # A member whose parent (this test) sits outside the group keeps the group from
+    # being orphaned, so the kernel does not SIGHUP+SIGCONT the stopped wrapper.
+    keeper = subprocess.Popen(["sleep", "60"], process_group=rank.wrapper.pid)
+    try:
+        os.kill(rank.wrapper.pid, signal.SIGSTOP)
+        launch_scenario.kill_launcher(launcher)
+        time.sleep(0.3)
+        assert scenarios.alive(list(rank.tree)) == list(rank.tree)
+        report = sweep()
+        assert [suspect["pid"] for suspect in report["suspects"]] == [rank.wrapper.pid]
+        assert report["suspects"][0]["rule"] == "registry"
+        assert gone_within(list(rank.tree), 2.0)
+    finally:
+        keeper.kill()
+        keeper.wait()
+
+
+def test_command_never_outlives_a_sigkilled_wrapper(
+    wrapped: list[subprocess.Popen[str]],
+) -> None:
+    process, (child, grandchild) = start_wrapped(wrapped, code=PYTHON_WITH_CHILD)
+    process.kill()
+    process.wait()
+    try:
+        assert gone_within([child], 1.0)
+    finally:
+        # What the command started is left in the wrapper's group (documented).
+        os.kill(grandchild.pid, signal.SIGKILL)
+
+
+# --- signals ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signals_are_forwarded_and_the_exit_status_passes_through(
+    wrapped: list[subprocess.Popen[str]], number: signal.Signals
+) -> None:
+    process, _ = start_wrapped(wrapped, code=TERM_REPORTER)
+    process.send_signal(number)
+    out, _ = process.communicate(timeout=10)
+    assert out.strip() == number.name
+    assert process.returncode == 3
+
+
+def test_a_signal_ignored_when_the_wrapper_starts_stays_ignored(
+    wrapped: list[subprocess.Popen[str]],
+) -> None:
+    # Under nohup: neither the wrapper nor the command acts on SIGHUP.
+    code = "import signal\nsignal.signal(signal.SIGHUP, signal.SIG_DFL)\n" + PYTHON_WITH_CHILD
+    process, tree = start_wrapped(wrapped, code=code, ignoring=signal.SIGHUP)
+    process.send_signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert process.poll() is None and scenarios.alive(tree) == tree
+    process.terminate()
+    assert process.wait(timeout=10) == 128 + signal.SIGTERM
+    assert gone_within(tree, 1.0)
+
+
+def test_a_command_deaf_to_sigterm_is_killed_with_its_tree_after_the_grace(
+    wrapped: list[subprocess.Popen[str]],
+) -> None:
+    code = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + PYTHON_WITH_CHILD
+    process, tree = start_wrapped(wrapped, "--grace", "0.5", code=code)
+    sent_at = time.monotonic()
+    process.terminate()
+    process.wait(timeout=10)
+    waited = time.monotonic() - sent_at
+    assert process.returncode == 128 + signal.SIGKILL
+    assert 0.4 < waited < 3.0
+    assert gone_within(tree, 1.0)
+    assert "SIGKILL in 0.5 s" in (process.stderr.read() if process.stderr else "")
+
+
+def test_a_command_killed_by_a_signal_exits_128_plus_n() -> None:
+    code = "import os, signal\nos.kill(os.getpid(), signal.SIGUSR1)\n"
+    completed = subprocess.run(
+        [*WRAPPER, "--", sys.executable, "-c", code], timeout=30, check=False
+    )
+    assert completed.returncode == 128 + signal.SIGUSR1
+
+
+# --- stdio and exit codes --------------------------------------------------------------
+
+
+def test_stdio_and_exit_code_pass_through() -> None:
+    code = (
+        "import sys\n"
+        "data = sys.stdin.read()\n"
+        "print(data.upper())\n"
+        "print('err', file=sys.stderr)\n"
+        "sys.exit(7)\n"
+    )
+    completed = subprocess.run(
+        [*WRAPPER, "--", sys.executable, "-c", code],
+        input="hello rank",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (completed.returncode, completed.stdout, completed.stderr) == (
+        7,
+        "HELLO RANK\n",
+        "err\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "message"),
+    [
+        (["/nonexistent/rank"], 127, "command not found"),
+        (["/dev/null"], 126, "Permission denied"),
+    ],
+)
+def test_a_command_that_cannot_run_gets_the_shells_status(
+    command: list[str], status: int, message: str
+) -> None:
+    completed = subprocess.run(
+        [*WRAPPER, "--", *command], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert completed.returncode == status
+    assert message in completed.stderr and completed.stderr.count("\n") == 1
+
+
+def test_no_command_is_a_usage_error() -> None:
+    completed = subprocess.run(
+        [*WRAPPER, "--"], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.startswith("exo-orphan-guard: error: exec needs a command")
+
+
+# --- --stdin-hup -----------------------------------------------------------------------
+
+
+def test_stdin_hup_stops_the_command_when_the_pipe_closes_while_the_parent_lives(
+    wrapped: list[subprocess.Popen[str]],
+) -> None:
+    process, tree = start_wrapped(wrapped, "--stdin-hup", code=PYTHON_WITH_CHILD)
+    assert process.stdin is not None
+    process.stdin.write("ignored by the wrapper\n")
+    process.stdin.flush()
+    time.sleep(0.2)
+    assert scenarios.alive(tree) == tree, "data on stdin is not a hang-up"
+    process.stdin.close()
+    assert process.wait(timeout=10) == 128 + signal.SIGTERM
+    assert gone_within(tree, 1.0)
+
+
+def test_control_without_stdin_hup_a_closed_stdin_changes_nothing(
+    wrapped: list[subprocess.Popen[str]],
+) -> None:
+    process, tree = start_wrapped(wrapped, code=PYTHON_WITH_CHILD)
+    assert process.stdin is not None
+    process.stdin.close()
+    time.sleep(0.5)
+    assert process.poll() is None
+    assert scenarios.alive(tree) == tree
+    process.terminate()
+    assert process.wait(timeout=10) == 128 + signal.SIGTERM
+    assert gone_within(tree, 1.0)
