@@ -28,36 +28,27 @@ SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
 _SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
 GUARD_COMMAND: Final = "exo-orphan-guard"
 _GUARD_MODULES: Final = frozenset({"exo_orphan_guard", "exo_orphan_guard.cli"})
-_GUARD_SUBCOMMANDS: Final = frozenset({"scan", "sweep", "doctor", "exec", "selftest"})
 T = TypeVar("T")
 _MAX_DEPTH: Final = 256
 
 
 def is_guard_command(argv: Sequence[str]) -> bool:
-    """Whether this is, or runs, `exo-orphan-guard`: another sweep, an `exec` wrapper,
-    or the ssh (or shell) carrying one to this host for a `sweep --hosts`. No sweep
-    signals one, whatever `--match` says: both command lines hold the same regex."""
-    if not argv:
-        return False
-    if os.path.basename(argv[0]) == GUARD_COMMAND:
-        return True
-    if os.path.basename(argv[0]).startswith("python"):
-        words = iter(argv[1:])
-        for word in words:
-            if word == "-m":
-                return next(words, "") in _GUARD_MODULES
-            if not word.startswith("-"):
-                return os.path.basename(word) == GUARD_COMMAND
-        return False
-    # A command line handed over as one string (`ssh host 'exo-orphan-guard sweep ...'`,
-    # `sh -c '...'`): a word naming the CLI followed by one of its commands.
-    words = " ".join(argv).split()
-    return any(
-        os.path.basename(word) in (GUARD_COMMAND, "exo_orphan_guard")
-        and next((later for later in words[index + 1 :] if not later.startswith("-")), "")
-        in _GUARD_SUBCOMMANDS
-        for index, word in enumerate(words)
-    )
+    """Whether this is, or runs, an `exo-orphan-guard` command other than `exec`:
+    another sweep or scan, or the ssh (or shell) carrying one to this host for a
+    `sweep --hosts`. No sweep signals one, whatever `--match` says: both command lines
+    hold the same regex. An `exec` wrapper is not spared: it is guarded and recorded
+    like a runner, and judged like one."""
+    words = [word for part in argv for word in part.split()] if argv else []
+    for index, word in enumerate(words):
+        if os.path.basename(word) == GUARD_COMMAND:
+            rest = words[index + 1 :]
+        elif word == "-m" and index + 1 < len(words) and words[index + 1] in _GUARD_MODULES:
+            rest = words[index + 2 :]
+        else:
+            continue
+        command = next((later for later in rest if not later.startswith("-")), "")
+        return command != "exec"
+    return False
 
 
 @final

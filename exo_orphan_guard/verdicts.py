@@ -58,7 +58,7 @@ def decide(
     verdicts: dict[Pid, Verdict] = {}
     forgotten: list[Verdict] = []
     for loaded in records:
-        verdict = _judge_record(table, loaded)
+        verdict = _judge_record(table, loaded, options)
         if verdict.action == "forget":
             forgotten.append(verdict)
         else:
@@ -75,7 +75,7 @@ def decide(
     return (*verdicts.values(), *forgotten)
 
 
-def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
+def _judge_record(table: ProcessTable, loaded: LoadedRecord, options: SweepOptions) -> Verdict:
     record = loaded.record
     labels = dict(record.labels)
 
@@ -113,6 +113,10 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord) -> Verdict:
     if record.worker == table.me:
         return verdict("spare", "runner of this worker", process)
     if _maybe_alive(table, record.worker):
+        if options.any_parent and _matches(options, process):
+            # A wrapped rank whose parent is a stuck sshd: the operator named it.
+            reason = "command line matches --match (--any-parent); its parent lives"
+            return Verdict(record.pid, "kill", reason, "match-any-parent", process, loaded, labels)
         return verdict("spare", f"its worker {record.worker.pid} is alive", process)
     return verdict("kill", f"its worker {record.worker.pid} is gone", process)
 
@@ -177,7 +181,7 @@ def _maybe_alive(table: ProcessTable, identity: ProcessIdentity) -> bool:
 def _judge_unrecorded(
     table: ProcessTable, process: ProcessInfo, options: SweepOptions
 ) -> Verdict | None:
-    matched = options.match is not None and options.match.search(" ".join(process.argv)) is not None
+    matched = _matches(options, process)
     runner_like = options.fingerprint and process.is_spawn_child and process.runs_exo
     if not (matched or runner_like) or process.exited:
         return None
@@ -206,6 +210,10 @@ def _judge_unrecorded(
     return verdict(
         "spare", f"matches --match but its parent {process.ppid} is alive (see --any-parent)"
     )
+
+
+def _matches(options: SweepOptions, process: ProcessInfo) -> bool:
+    return options.match is not None and options.match.search(" ".join(process.argv)) is not None
 
 
 def _adopted_by(table: ProcessTable, child: ProcessInfo, parent: ProcessInfo) -> str | None:

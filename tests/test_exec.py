@@ -19,6 +19,7 @@ from exo_orphan_guard import launch_scenario, scenarios
 from exo_orphan_guard.exec_wrapper import exit_status, parse_command
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.launch_scenario import RankKind, StartedLauncher
+from exo_orphan_guard.registry import host_directory
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
@@ -163,7 +164,7 @@ def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
     launchers.append(launcher)
     rank = launcher.ranks[0]
     assert rank.wrapper is not None
-    records = list(isolated_environment.glob("runner-*.json"))
+    records = list(host_directory(isolated_environment).glob("runner-*.json"))
     assert [path.name for path in records] == [f"runner-{rank.wrapper.pid}.json"]
     record = json.loads(records[0].read_text())
     assert record["worker"]["pid"] == launcher.process.pid

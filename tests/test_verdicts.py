@@ -295,7 +295,7 @@ def test_another_exo_orphan_guard_is_never_a_target() -> None:
         ("/venv/bin/exo-orphan-guard", "sweep", "--match", "rank", "--any-parent"),
         ("/usr/bin/python3", "/venv/bin/exo-orphan-guard", "sweep", "--match", "rank"),
         ("python3", "-I", "-m", "exo_orphan_guard", "sweep", "--match", "rank"),
-        ("/venv/bin/exo-orphan-guard", "exec", "--", "python3", "rank.py"),
+        ("ssh", "-o", "BatchMode=yes", "h1", "exo-orphan-guard sweep --match rank"),
     ):
         verdicts = by_pid(decide(table(proc(300, argv=argv, exo=False)), [], options))
         assert verdicts[300].action == "spare" and "exo-orphan-guard" in verdicts[300].reason
@@ -361,7 +361,7 @@ def test_match_never_kills_a_guard_query_nor_the_ssh_carrying_one() -> None:
         ppid=300,
         argv=("ssh", "-o", "BatchMode=yes", "--", "h1", "exo-orphan-guard sweep --match tok"),
     )
-    # An `exec` wrapper is spared too: its command (305) is what goes, and it follows.
+    # An `exec` wrapper is judged like a runner: named by --match, it goes.
     wrapped = proc(
         303, ppid=1, argv=("/v/bin/exo-orphan-guard", "exec", "--", "python3", "tok", "sweep")
     )
@@ -373,10 +373,25 @@ def test_match_never_kills_a_guard_query_nor_the_ssh_carrying_one() -> None:
         300: "spare",
         301: "spare",
         302: "spare",
-        303: "spare",
+        303: "kill",
         304: "kill",
         305: "kill",
     }
+
+
+def test_match_any_parent_kills_a_recorded_wrapper_whose_parent_lives() -> None:
+    # `exec` under a stuck sshd: its recorded worker (the sshd) is alive.
+    sshd = proc(200, argv=("sshd: me@pts/0",), exo=False)
+    wrapper_argv = ("/v/bin/exo-orphan-guard", "exec", "--", "python3", "rank.py")
+    recorded = record(300, ProcessIdentity(Pid(200), 200.0), argv=wrapper_argv)
+    snapshot = table(sshd, proc(300, ppid=200, argv=wrapper_argv, exo=False))
+    spared = by_pid(decide(snapshot, [recorded], SweepOptions(match=re.compile("rank"))))
+    assert spared[300].action == "spare"
+    options = SweepOptions(match=re.compile("rank"), any_parent=True)
+    killed = by_pid(decide(snapshot, [recorded], options))
+    assert killed[300].action == "kill" and killed[300].rule == "match-any-parent"
+    other = SweepOptions(match=re.compile("other"), any_parent=True)
+    assert by_pid(decide(snapshot, [recorded], other))[300].action == "spare"
 
 
 def test_a_recorded_verdict_is_not_judged_twice_by_the_fingerprint() -> None:
