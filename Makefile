@@ -46,7 +46,11 @@ test: lint typecheck pytest pytest-3.13
 demo: $(BIN)/.installed
 	$(BIN)/python -m exo_orphan_guard.demo
 
-bench: $(BIN)/.installed
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
 	$(BIN)/python -m bench.run_all
 
 # Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.

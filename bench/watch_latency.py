@@ -9,6 +9,7 @@ kind (their five-second waits would otherwise take hours).
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from exo_orphan_guard import scenarios, selftest, settings
 from exo_orphan_guard.identity import ProcessIdentity
@@ -27,6 +29,7 @@ FAST_DEADLINE_SECONDS = 1.0
 SLOW_DEADLINE_SECONDS = PR2205_POLL_SECONDS + 1.0
 SLOW_RUNNERS_PER_KIND = 10
 SLOW_EVERY_ROUNDS = 10
+SAMPLES_SCHEMA = "exo-orphan-guard/bench-watch-samples/1"
 
 
 @dataclass
@@ -161,3 +164,46 @@ def render(results: LatencyResults) -> str:
                 f"{samples.quantile_text(1.0, cell.deadline_s)} |"
             )
     return "\n".join(lines)
+
+
+class CellSamples(TypedDict):
+    strategy: str
+    runner: RunnerKind
+    deadline_s: float
+    samples_ms: list[float | None]
+    """None: still alive at the deadline."""
+
+
+class SamplesDocument(TypedDict):
+    schema: str
+    command: str
+    machine: str
+    date: str
+    rounds: int
+    cells: list[CellSamples]
+
+
+def save_samples(
+    results: LatencyResults, path: Path, *, command: str, machine: str, date: str
+) -> None:
+    """Every raw sample of the run, so the picture is drawn from the table's own data."""
+    document = SamplesDocument(
+        schema=SAMPLES_SCHEMA,
+        command=command,
+        machine=machine,
+        date=date,
+        rounds=results.rounds,
+        cells=[
+            CellSamples(
+                strategy=name,
+                runner=kind,
+                deadline_s=cell.deadline_s,
+                samples_ms=[
+                    None if value is None else round(value, 3) for value in cell.samples.values
+                ],
+            )
+            for name, kinds in results.cells.items()
+            for kind, cell in kinds.items()
+        ],
+    )
+    path.write_text(json.dumps(document, indent=1) + "\n")
