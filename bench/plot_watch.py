@@ -180,7 +180,7 @@ def _order(name: str) -> int:
 
 
 def _tick(value: float, _position: int | None) -> str:
-    return _duration(value)
+    return f"{value / 1000:g} s" if value >= 1000 else f"{value:g} ms"
 
 
 def _duration(milliseconds: float | None) -> str:
@@ -190,7 +190,7 @@ def _duration(milliseconds: float | None) -> str:
         return f"{milliseconds / 1000:.3g} s"
     if milliseconds >= 10:
         return f"{milliseconds:.0f} ms"
-    return f"{milliseconds:.1f} ms" if milliseconds % 1 else f"{milliseconds:.0f} ms"
+    return f"{milliseconds:.1f} ms"
 
 
 def load(path: Path) -> SamplesDocument:
