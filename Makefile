@@ -27,7 +27,8 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(BIN)/.installed
+# The bench extra (matplotlib) too: bench/ is type-checked, and `make demo` stays light.
+typecheck: $(BIN)/.bench-installed
 	$(BIN)/basedpyright
 
 pytest: $(BIN)/.installed
