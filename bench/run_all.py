@@ -81,7 +81,8 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             f"workers with {watch_latency.SLOW_RUNNERS_PER_KIND} runners of each kind, one "
             f"every {watch_latency.SLOW_EVERY_ROUNDS} rounds. `> N (alive)`: that share of "
             "runners was still running at the deadline. Thread-only strategies are listed "
-            "with GIL-held runners to show why the backstops exist.\n",
+            "with GIL-held runners to show why the backstops exist. "
+            f"Rounds run again because a worker did not start: {results.restarts}.\n",
             watch_latency.render(results),
             "",
             f"The same run as a picture ([{image}](../{image}), drawn by `python -m "
