@@ -100,7 +100,6 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
             demo.kill()
             demo.wait()
     assert demo.returncode == 0, output
-    assert "FAIL" not in output
     sections = dict(
         (match.group(1), body)
         for match, body in zip(
@@ -110,6 +109,7 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
         )
     )
     assert sorted(sections) == ["1", "2", "3", "4", "5"]
+    assert not any("FAIL" in sections[number] for number in "1234"), output
     assert "2 orphaned runner(s) still running" in sections["1"]
     assert "No orphans left." in sections["2"]
     assert "guard on:  the rank was gone" in sections["3"]
@@ -128,8 +128,10 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
     assert "Both leftovers are gone." in sweep
     assert "The next group formed on the same ports: all_sum = rank 0: 3, rank 1: 3" in sweep
     assert re.search(r"New worker started -> group formed: [\d.]+ s", sweep)
+    # The doctor looks at the whole machine: other orphans may exist, never the demo's.
     doctor = sections["5"]
-    assert "(exit code 0)" in doctor and "OK    orphans" in doctor
+    assert re.search(r"^\s+(OK|FAIL)\s+orphans ", doctor, re.M), doctor
+    assert not any(re.search(rf"\b{pid}\b", doctor) for pid in orphans.groups())
     assert not wait_all_gone(demo_tag)
 
 
