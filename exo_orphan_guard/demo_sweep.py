@@ -12,6 +12,7 @@ logs them, and the next group forms on the same ports. `doctor` closes the demo.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -72,6 +73,7 @@ def startup_sweep(scratch: Path) -> bool:
             print(f"FAIL: still alive after the sweep: {', '.join(map(_pid, survivors))}")
         else:
             print("Both leftovers are gone.")
+        _taken_by_others(leftovers, new.logs)
         if not mlx:
             return not survivors
         formed = ring_scenario.wait_for_sums(new, 2, GROUP_TIMEOUT_SECONDS)
@@ -123,6 +125,22 @@ def _orphan(group: ring_scenario.RunningGroup, python: str) -> list[ProcessIdent
         f"(parent now {', '.join(parents) or '-'})."
     )
     return orphans
+
+
+def _taken_by_others(leftovers: list[ProcessIdentity], logs: list[ring_scenario.LogReport]) -> None:
+    """Sweeps are machine-wide: another one (a test suite running beside the demo, an
+    operator's) may have killed an orphan before the start-up sweep could. Say so."""
+    reported = " ".join(line["message"] for line in logs)
+    others = [
+        identity
+        for identity in leftovers
+        if re.search(rf"\borphan {identity.pid}\b", reported) is None
+    ]
+    if others:
+        print(
+            f"note: {', '.join(map(_pid, others))} did not wait for this sweep: another sweep "
+            f"running on this machine took {'it' if len(others) == 1 else 'them'} first."
+        )
 
 
 def _show_cli(arguments: list[str], registry: Path, *, guard: bool) -> int:
