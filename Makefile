@@ -28,7 +28,8 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(BIN)/.installed
+# The bench extra (matplotlib) too: bench/ is type-checked, and `make demo` stays light.
+typecheck: $(BIN)/.bench-installed
 	$(BIN)/basedpyright
 
 pytest: $(BIN)/.installed
@@ -47,7 +48,11 @@ test: lint typecheck pytest pytest-3.13
 demo: $(BIN)/.installed
 	$(BIN)/python -m exo_orphan_guard.demo
 
-bench: $(BIN)/.installed
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
 	$(BIN)/python -m bench.run_all
 
 # Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.

@@ -19,11 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from . import group_reform, idle_cost, sweep_cost, watch_latency
+from . import group_reform, idle_cost, plot_watch, sweep_cost, watch_latency
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 DOCUMENT = ROOT / "docs" / "benchmarks.md"
+WATCH_SAMPLES = RESULTS / "watch-latency.json"
+WATCH_IMAGE = plot_watch.DEFAULT_IMAGE
 
 SECTION_ORDER = ["watch", "idle", "sweep", "group", "launch"]
 
@@ -50,19 +52,27 @@ def machine() -> str:
     )
 
 
-def _header(title: str, command: str) -> str:
+def _header(title: str, command: str, where: str | None = None) -> str:
     today = datetime.date.today().isoformat()
-    return f"## {title}\n\n`{command}` on {today}: {machine()}.\n"
+    return f"## {title}\n\n`{command}` on {today}: {where or machine()}.\n"
 
 
 def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
     results = watch_latency.run(arguments.rounds, scratch)
+    command = f"python -m bench.run_all --only watch --rounds {arguments.rounds}"
+    where = machine()
+    watch_latency.save_samples(
+        results,
+        WATCH_SAMPLES,
+        command=command,
+        machine=where,
+        date=datetime.date.today().isoformat(),
+    )
+    plot_watch.draw(plot_watch.load(WATCH_SAMPLES), WATCH_IMAGE)
+    image = WATCH_IMAGE.relative_to(ROOT)
     return "\n".join(
         [
-            _header(
-                "Parent watch: worker SIGKILL to runner exit",
-                f"python -m bench.run_all --only watch --rounds {arguments.rounds}",
-            ),
+            _header("Parent watch: worker SIGKILL to runner exit", command, where),
             f"{arguments.rounds} rounds. In each, one worker per strategy (an idle runner and "
             "one holding the GIL in `ctypes.PyDLL(None).sleep()`) is started, then the workers "
             "are SIGKILLed one at a time in random order. Latency runs from just before "
@@ -71,8 +81,14 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             f"workers with {watch_latency.SLOW_RUNNERS_PER_KIND} runners of each kind, one "
             f"every {watch_latency.SLOW_EVERY_ROUNDS} rounds. `> N (alive)`: that share of "
             "runners was still running at the deadline. Thread-only strategies are listed "
-            "with GIL-held runners to show why the backstops exist.\n",
+            "with GIL-held runners to show why the backstops exist. "
+            f"Rounds run again because a worker did not start: {results.restarts}.\n",
             watch_latency.render(results),
+            "",
+            f"The same run as a picture ([{image}](../{image}), drawn by `python -m "
+            f"bench.plot_watch` from every sample in `{WATCH_SAMPLES.relative_to(ROOT)}`):",
+            "",
+            f"![Worker SIGKILL to runner exit, CDF per strategy](../{image})",
             "",
         ]
     )

@@ -9,13 +9,16 @@ kind (their five-second waits would otherwise take hours).
 
 from __future__ import annotations
 
+import functools
+import json
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from exo_orphan_guard import scenarios, selftest, settings
 from exo_orphan_guard.identity import ProcessIdentity
@@ -27,6 +30,8 @@ FAST_DEADLINE_SECONDS = 1.0
 SLOW_DEADLINE_SECONDS = PR2205_POLL_SECONDS + 1.0
 SLOW_RUNNERS_PER_KIND = 10
 SLOW_EVERY_ROUNDS = 10
+MAX_RESTARTS = 10
+SAMPLES_SCHEMA = "exo-orphan-guard/bench-watch-samples/1"
 
 
 @dataclass
@@ -38,6 +43,8 @@ class Cell:
 @dataclass
 class LatencyResults:
     rounds: int
+    restarts: int = 0
+    """Rounds run again because one of their workers did not start."""
     cells: dict[str, dict[RunnerKind, Cell]] = field(
         default_factory=dict[str, dict[RunnerKind, Cell]]
     )
@@ -56,7 +63,8 @@ def run(rounds: int, registry: Path) -> LatencyResults:
             thread = threading.Thread(target=_slow_round, args=(results, lock, registry))
             thread.start()
             slow_threads.append(thread)
-        _fast_round(strategies, results, lock, registry)
+        while not _fast_round(strategies, results, lock, registry):
+            _restarted(results, lock)
         if (round_number + 1) % 20 == 0:
             print(f"  watch latency: {round_number + 1}/{rounds} rounds", flush=True)
     for thread in slow_threads:
@@ -69,13 +77,17 @@ def _fast_round(
     results: LatencyResults,
     lock: threading.Lock,
     registry: Path,
-) -> None:
-    with ThreadPoolExecutor(max_workers=len(strategies)) as pool:
-
-        def start(strategy: settings.Strategy) -> scenarios.StartedWorker:
-            return scenarios.start_worker(["idle", "gil"], strategy=strategy, registry=registry)
-
-        workers = list(pool.map(start, strategies))
+) -> bool:
+    workers = _start_all(
+        [
+            functools.partial(
+                scenarios.start_worker, ["idle", "gil"], strategy=strategy, registry=registry
+            )
+            for strategy in strategies
+        ]
+    )
+    if workers is None:
+        return False
     order = list(zip(strategies, workers, strict=True))
     random.shuffle(order)
     try:
@@ -85,6 +97,36 @@ def _fast_round(
     finally:
         for worker in workers:
             scenarios.cleanup(worker)
+    return True
+
+
+def _start_all(
+    starters: Sequence[Callable[[], scenarios.StartedWorker]],
+) -> list[scenarios.StartedWorker] | None:
+    """Every worker of a round, side by side; None, with none left running, if one did
+    not start (a shared machine under load): the round is then run again, and counted."""
+    with ThreadPoolExecutor(max_workers=len(starters)) as pool:
+        futures = [pool.submit(start) for start in starters]
+    started: list[scenarios.StartedWorker] = []
+    failures: list[RuntimeError] = []
+    for future in futures:
+        try:
+            started.append(future.result())
+        except RuntimeError as error:
+            failures.append(error)
+    if not failures:
+        return started
+    for worker in started:
+        scenarios.cleanup(worker)
+    print(f"  watch latency: round restarted: {failures[0]}", flush=True)
+    return None
+
+
+def _restarted(results: LatencyResults, lock: threading.Lock) -> None:
+    with lock:
+        results.restarts += 1
+        if results.restarts > MAX_RESTARTS:
+            raise RuntimeError(f"more than {MAX_RESTARTS} rounds had a worker fail to start")
 
 
 def _measure(
@@ -110,7 +152,15 @@ def _slow_round(results: LatencyResults, lock: threading.Lock, registry: Path) -
     gil: list[RunnerKind] = ["gil"]
     kinds = idle * SLOW_RUNNERS_PER_KIND + gil * SLOW_RUNNERS_PER_KIND
     watches: list[Watch] = ["pr2205", "none"]
-    workers = [scenarios.start_worker(kinds, watch=watch, registry=registry) for watch in watches]
+    while (
+        workers := _start_all(
+            [
+                functools.partial(scenarios.start_worker, kinds, watch=watch, registry=registry)
+                for watch in watches
+            ]
+        )
+    ) is None:
+        _restarted(results, lock)
     try:
         time.sleep(scenarios.GIL_SETTLE_SECONDS)
         killed = [
@@ -161,3 +211,46 @@ def render(results: LatencyResults) -> str:
                 f"{samples.quantile_text(1.0, cell.deadline_s)} |"
             )
     return "\n".join(lines)
+
+
+class CellSamples(TypedDict):
+    strategy: str
+    runner: RunnerKind
+    deadline_s: float
+    samples_ms: list[float | None]
+    """None: still alive at the deadline."""
+
+
+class SamplesDocument(TypedDict):
+    schema: str
+    command: str
+    machine: str
+    date: str
+    rounds: int
+    cells: list[CellSamples]
+
+
+def save_samples(
+    results: LatencyResults, path: Path, *, command: str, machine: str, date: str
+) -> None:
+    """Every raw sample of the run, so the picture is drawn from the table's own data."""
+    document = SamplesDocument(
+        schema=SAMPLES_SCHEMA,
+        command=command,
+        machine=machine,
+        date=date,
+        rounds=results.rounds,
+        cells=[
+            CellSamples(
+                strategy=name,
+                runner=kind,
+                deadline_s=cell.deadline_s,
+                samples_ms=[
+                    None if value is None else round(value, 3) for value in cell.samples.values
+                ],
+            )
+            for name, kinds in results.cells.items()
+            for kind, cell in kinds.items()
+        ],
+    )
+    path.write_text(json.dumps(document, indent=1) + "\n")

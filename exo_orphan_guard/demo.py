@@ -1,8 +1,10 @@
 """`make demo`: the orphan problem and the fix, side by side, on this machine.
 
 A stand-in worker with two runners (one idle, one holding the GIL in native code as
-MLX does) is hard-killed twice: first with the guard off, then on. Everything it
-starts is killed on the way out, whatever happens (errors, Ctrl-C, SIGTERM).
+MLX does) is hard-killed twice: first with the guard off, then on; then a real MLX
+group. The start-up sweep and the operator's tools follow (`demo_sweep`). Everything
+it starts is killed on the way out, whatever happens (errors, Ctrl-C, SIGTERM).
+Exit code: 0 when every section showed what it should, 1 otherwise, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,28 +17,40 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from . import demo_launch, ring_scenario, scenarios
+from . import demo_launch, demo_sweep, ring_scenario, scenarios
 from .scenario_worker import Watch
 
 ORPHAN_LOOK_SECONDS = 1.0
 MLX_HANG_TIMEOUT_SECONDS = 6.0
 
 
+Section = Callable[[Path], bool | None]
+"""Shows one part on this machine; False when it did not go as it should."""
+
+
 def main() -> int:
+    signal.signal(signal.SIGINT, _interrupt)
     signal.signal(signal.SIGTERM, _interrupt)
-    sections: list[Callable[[Path], bool | None]] = [
+    sections: list[Section] = [
         _round_guard_off,
         _round_guard_on,
         _mlx_group,
+        demo_sweep.startup_sweep,
         demo_launch.launcher_killed,
+        demo_sweep.doctor,
     ]
+    failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="eog-demo-") as scratch:
         try:
             for section in sections:
-                section(Path(scratch))
+                if section(Path(scratch)) is False:
+                    failed.append(section.__name__.strip("_"))
         except KeyboardInterrupt:
-            print("\ninterrupted: cleaning up", file=sys.stderr)
+            print("\ninterrupted: cleaned up", file=sys.stderr)
             return 130
+    if failed:
+        print(f"\ndemo: FAIL in {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -61,7 +75,7 @@ def _round_guard_off(scratch: Path) -> None:
         print("errno 16'. (The demo kills them now.)")
 
 
-def _round_guard_on(scratch: Path) -> None:
+def _round_guard_on(scratch: Path) -> bool:
     _title("2. Guard on (EXO_ORPHAN_GUARD=1): the same kill")
     with _Worker("guard", scratch) as worker:
         _show_start(worker)
@@ -76,16 +90,18 @@ def _round_guard_on(scratch: Path) -> None:
             print(f"  runner {runner.identity.pid} ({what}): {outcome} after the kill")
         left = scenarios.alive(members)
         print("No orphans left." if not left else f"{len(left)} process(es) left: FAIL")
+        return not left
 
 
-def _mlx_group(scratch: Path) -> None:
+def _mlx_group(scratch: Path) -> bool:
     _title(
         "3. A real MLX group (ring backend, loopback): a rank is inside "
         "mx.distributed.init() when its worker is killed; then the next group starts"
     )
     if not ring_scenario.mlx_available():
         print("skipped: mlx is not installed (pip install 'mlx[cpu]' on Linux)")
-        return
+        return True
+    formed_with_guard = False
     for guard in (False, True):
         outcome = ring_scenario.orphan_then_next_group(
             guard=guard, timeout=MLX_HANG_TIMEOUT_SECONDS, scratch=scratch
@@ -109,6 +125,8 @@ def _mlx_group(scratch: Path) -> None:
                 "(its rank 1 joined the orphan; rank 0 waits forever)"
             )
         print(f"{label} {orphan}; {result}")
+        formed_with_guard = outcome.formed and guard
+    return formed_with_guard
 
 
 class _Worker:
@@ -136,7 +154,10 @@ def _title(text: str) -> None:
 
 
 def _interrupt(signal_number: int, frame: FrameType | None) -> None:
+    """Once: a second Ctrl-C must not cut the clean-up short."""
     del signal_number, frame
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -5,7 +5,9 @@ still inside `mx.distributed.init()` when its worker dies keeps its listening so
 and its connection attempts, and the next group on the same ports hangs without a
 word, the way a node with an orphan holding queue pairs fails RTR. The scenario: a
 worker starts rank 0 alone (so it sits in init, holding the GIL), is SIGKILLed, and
-a new worker starts ranks 0 and 1 on the same ports.
+a new worker starts ranks 0 and 1 on the same ports. A worker can also run exo's
+start-up sweep hook before it spawns anything (`sweep_first`), and spawn idle runners
+beside its ranks, as a node serving another model would have.
 
     python -m exo_orphan_guard.ring_scenario '<GroupSpec JSON>'   # the worker
 """
@@ -23,13 +25,16 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict, cast, final
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast, final
 
 from . import settings
 from .identity import ProcessIdentity, identity_of
-from .scenarios import alive, wait_gone
+from .scenarios import alive, kill_started, wait_gone
+
+if TYPE_CHECKING:
+    from loguru import Message
 
 _REPORT_TIMEOUT_SECONDS = 30.0
 IN_INIT_SETTLE_SECONDS = 0.5
@@ -43,14 +48,27 @@ class GroupSpec(TypedDict):
     stagger: float
     hostfile: str
     guard: bool
+    idle_runners: NotRequired[int]
+    """Spawned before the ranks; they only sleep."""
+    sweep_first: NotRequired[bool]
+    """Run `sweep_at_worker_start()` (exo's hook in Worker.run) before spawning, relaying
+    its log lines as `LogReport`s."""
 
 
 class RankReport(TypedDict):
     rank: int
+    """For an idle runner: its index."""
     pid: int
-    event: str
-    """"init": about to call mx.distributed.init(); "sum": all_sum done."""
+    event: Literal["init", "sum", "idle"]
+    """"init": about to call mx.distributed.init(); "sum": all_sum done; "idle": an
+    idle runner is up."""
     value: float
+
+
+class LogReport(TypedDict):
+    event: Literal["log"]
+    level: str
+    message: str
 
 
 def mlx_available() -> bool:
@@ -81,6 +99,18 @@ def rank_main(
         time.sleep(3600)
 
 
+def idle_runner_main(
+    index: int, guard: bool, report: multiprocessing.connection.Connection
+) -> None:
+    if guard:
+        from exo_orphan_guard import guard_runner
+
+        guard_runner(runner_id=f"idle-{index}", instance_id="other-model")
+    _send(report, RankReport(rank=index, pid=os.getpid(), event="idle", value=0.0))
+    while True:
+        time.sleep(3600)
+
+
 def _send(connection: multiprocessing.connection.Connection, report: RankReport) -> None:
     with contextlib.suppress(OSError):
         connection.send(report)
@@ -92,8 +122,17 @@ def worker_main(spec: GroupSpec) -> None:
         from exo_orphan_guard import prepare_worker
 
         prepare_worker()
+    if spec.get("sweep_first", False):
+        _sweep_at_start()
     context = multiprocessing.get_context("spawn")
     readers: list[multiprocessing.connection.Connection] = []
+    for index in range(spec.get("idle_runners", 0)):
+        reader, writer = multiprocessing.Pipe(duplex=False)
+        context.Process(
+            target=idle_runner_main, args=(index, spec["guard"], writer), daemon=True
+        ).start()
+        writer.close()
+        readers.append(reader)
     for index, rank in enumerate(spec["ranks"]):
         if index:
             time.sleep(spec["stagger"])
@@ -114,15 +153,34 @@ def worker_main(spec: GroupSpec) -> None:
         time.sleep(3600)
 
 
+def _sweep_at_start() -> None:
+    """What exo's patched `Worker.run` does first; its log lines go to stdout as reports."""
+    import anyio
+    from loguru import logger
+
+    from exo_orphan_guard import sweep_at_worker_start
+
+    def relay(message: Message) -> None:
+        record = message.record
+        line = LogReport(event="log", level=record["level"].name, message=record["message"])
+        print(json.dumps(line), flush=True)
+
+    logger.remove()
+    logger.add(relay, level="INFO", format="{message}")
+    anyio.run(sweep_at_worker_start)
+
+
 @final
 @dataclass
 class RunningGroup:
     process: subprocess.Popen[bytes]
     ranks: dict[int, ProcessIdentity]
     sums: dict[int, float]
+    idle: list[ProcessIdentity] = field(default_factory=list[ProcessIdentity])
+    logs: list[LogReport] = field(default_factory=list[LogReport])
     pending: bytes = b""
 
-    def read(self, timeout: float) -> RankReport | None:
+    def read(self, timeout: float) -> RankReport | LogReport | None:
         """The next report, or None at the timeout or when the worker is gone."""
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout
@@ -135,14 +193,22 @@ class RunningGroup:
                 return None
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
-        report = cast(RankReport, json.loads(line))
-        if report["event"] == "init":
-            identity = identity_of(report["pid"])
-            if identity is not None:
-                self.ranks[report["rank"]] = identity
-        else:
+        report = cast(RankReport | LogReport, json.loads(line))
+        if report["event"] == "log":
+            self.logs.append(report)
+        elif report["event"] == "sum":
             self.sums[report["rank"]] = report["value"]
+        else:
+            identity = identity_of(report["pid"])
+            if identity is not None and report["event"] == "init":
+                self.ranks[report["rank"]] = identity
+            elif identity is not None:
+                self.idle.append(identity)
         return report
+
+    @property
+    def runners(self) -> list[ProcessIdentity]:
+        return [*self.idle, *self.ranks.values()]
 
 
 def free_loopback_ports(count: int) -> list[int]:
@@ -163,16 +229,32 @@ def write_hostfile(directory: Path, ports: list[int]) -> Path:
 
 
 def start_group(
-    ranks: list[int], hostfile: Path, *, guard: bool, registry: Path, stagger: float = 0.0
+    ranks: list[int],
+    hostfile: Path,
+    *,
+    guard: bool,
+    registry: Path,
+    stagger: float = 0.0,
+    idle_runners: int = 0,
+    sweep_first: bool = False,
+    python: str = sys.executable,
 ) -> RunningGroup:
-    """A worker whose ranks have all reported that they are entering init."""
+    """A worker whose ranks have all reported that they are entering init (and whose
+    idle runners are up)."""
     env = dict(os.environ)
     env[settings.TOGGLE_ENV] = "1" if guard else "0"
     env[settings.DIR_ENV] = str(registry)
     env.pop(settings.WORKER_ENV, None)
-    spec = GroupSpec(ranks=ranks, stagger=stagger, hostfile=str(hostfile), guard=guard)
+    spec = GroupSpec(
+        ranks=ranks,
+        stagger=stagger,
+        hostfile=str(hostfile),
+        guard=guard,
+        idle_runners=idle_runners,
+        sweep_first=sweep_first,
+    )
     process = subprocess.Popen(
-        [sys.executable, "-m", "exo_orphan_guard.ring_scenario", json.dumps(spec)],
+        [python, "-m", "exo_orphan_guard.ring_scenario", json.dumps(spec)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=None if os.environ.get("EOG_SCENARIO_STDERR") == "1" else subprocess.DEVNULL,
@@ -180,10 +262,13 @@ def start_group(
     )
     group = RunningGroup(process, {}, {})
     deadline = time.monotonic() + _REPORT_TIMEOUT_SECONDS
-    while len(group.ranks) < len(ranks):
-        if group.read(deadline - time.monotonic()) is None:
-            stop(group)
-            raise RuntimeError("the MLX ranks did not start")
+    try:
+        while len(group.ranks) < len(ranks) or len(group.idle) < idle_runners:
+            if group.read(deadline - time.monotonic()) is None:
+                raise RuntimeError("the MLX ranks did not start")
+    except BaseException:  # Ctrl-C included: nothing half-started may outlive us
+        stop(group)
+        raise
     return group
 
 
@@ -196,10 +281,9 @@ def wait_for_sums(group: RunningGroup, expected: int, timeout: float) -> bool:
 
 
 def stop(group: RunningGroup) -> None:
-    if group.process.poll() is None:
-        group.process.kill()
-        group.process.wait()
-    leftovers = alive(list(group.ranks.values()))
+    """Kill the worker, whatever it spawned, and every runner it reported."""
+    kill_started(group.process)
+    leftovers = alive(group.runners)
     for identity in leftovers:
         with contextlib.suppress(ProcessLookupError):
             os.kill(identity.pid, signal.SIGKILL)

@@ -106,9 +106,8 @@ def start_worker(
     )
     try:
         report = _read_report(process)
-    except BaseException:
-        process.kill()
-        process.wait()
+    except BaseException:  # Ctrl-C included: runners already spawned must go too
+        kill_started(process)
         raise
     started = tuple(
         StartedRunner(
@@ -161,6 +160,29 @@ def wait_gone(
             if all(seen is not None for seen in exits.values()) or now >= deadline:
                 return exits
             notifier.wait(min(deadline - now, 1.0))
+
+
+def kill_started(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """SIGKILL a process this one started and everything below it, half-started or not.
+
+    It is stopped first, so it spawns nothing between the look at its descendants and
+    the kill; its descendants are then killed by identity, never by pid alone.
+    """
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGSTOP)
+    members = [
+        identity
+        for pid in system.descendants(process.pid)
+        if (identity := identity_of(pid)) is not None
+    ]
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for identity in alive(members):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(identity.pid, signal.SIGKILL)
+    wait_gone(members, timeout=5.0)
 
 
 def alive(processes: Sequence[ProcessIdentity]) -> list[ProcessIdentity]:

@@ -7,10 +7,8 @@ import json
 import os
 import shlex
 import signal
-import site
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,25 +17,15 @@ from typing import Any
 from exo_orphan_guard import system
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.scenarios import wait_gone
+from exo_orphan_guard.stand_in_exo import make_exo_environment
 
 NOBODY = 65534
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_fake_exo_environment(root: Path) -> str:
     """A venv whose site-packages holds exo's dist-info (and can import this project):
     to the sweep it is indistinguishable from exo's own environment."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    python = root / "bin" / "python"
-    relative = Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
-    site_packages = root / relative
-    dist_info = site_packages / "exo-0.0.0.dist-info"
-    dist_info.mkdir(parents=True)
-    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: exo\nVersion: 0.0.0\n")
-    ours = [*site.getsitepackages(), str(REPO_ROOT)]
-    lines = [f"import site; site.addsitedir({path!r})" for path in ours]
-    (site_packages / "zz-exo-orphan-guard-tests.pth").write_text("\n".join(lines) + "\n")
-    return str(python)
+    return make_exo_environment(root)
 
 
 def start_orphan(argv: Sequence[str], *, user: int | None = None) -> ProcessIdentity:
