@@ -21,7 +21,7 @@ _KINDS: list[RankKind] = ["idle", "gil"]
 def launcher_killed(scratch: Path) -> bool:
     """Shows both rounds; False if a wrapped rank outlived its launcher."""
     print(
-        "\n== 4. mlx.launch-style ranks: the launcher is hard-killed (SIGKILL), "
+        "\n== 5. mlx.launch-style ranks: the launcher is hard-killed (SIGKILL), "
         "without and with `exo-orphan-guard exec` ==",
         flush=True,
     )

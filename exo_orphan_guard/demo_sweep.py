@@ -95,7 +95,7 @@ def startup_sweep(scratch: Path) -> bool:
 
 def doctor(scratch: Path) -> None:
     """Shown, never a failure of the demo: the node may hold problems that are not its."""
-    title("5. exo-orphan-guard doctor: this node on one screen")
+    title("6. exo-orphan-guard doctor: this node on one screen")
     if _show_cli(["doctor"], scratch / "registry", guard=True) != 0:
         print("doctor found a problem on this node (FAIL lines above); the demo's own")
         print("processes are all gone, so it predates or runs beside the demo.")

@@ -108,8 +108,8 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
             strict=True,
         )
     )
-    assert sorted(sections) == ["1", "2", "3", "4", "5"]
-    assert not any("FAIL" in sections[number] for number in "1234"), output
+    assert sorted(sections) == ["1", "2", "3", "4", "5", "6"]
+    assert not any("FAIL" in sections[number] for number in "12345"), output
     assert "2 orphaned runner(s) still running" in sections["1"]
     assert "No orphans left." in sections["2"]
     assert "guard on:  the rank was gone" in sections["3"]
@@ -130,8 +130,11 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
     assert "Both leftovers are gone." in sweep
     assert "The next group formed on the same ports: all_sum = rank 0: 3, rank 1: 3" in sweep
     assert re.search(r"New worker started -> group formed: [\d.]+ s", sweep)
+    launch = sections["5"]
+    assert re.search(r"without the wrapper: .*\n  kill -9 launcher; 1 s later 2 left", launch)
+    assert re.search(r"with the wrapper: .*\n  kill -9 launcher; all gone [\d.]+ ms after", launch)
     # The doctor looks at the whole machine: other orphans may exist, never the demo's.
-    doctor = sections["5"]
+    doctor = sections["6"]
     assert re.search(r"^\s+(OK|FAIL)\s+orphans ", doctor, re.M), doctor
     assert not any(re.search(rf"\b{pid}\b", doctor) for pid in orphans.groups())
     assert not wait_all_gone(demo_tag)
