@@ -156,7 +156,8 @@ def test_cli_exit_codes_and_one_line_messages(
     assert cli.main(["patch", "apply", "--exo", str(tmp_path)]) == 0
     assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("not applied") and "already applied" in out[2]
+    # check: series, source, uv.lock; apply: series, source, uv.lock (no uv.lock here).
+    assert out[0].endswith("not applied") and "already applied" in out[6]
     assert cli.main(["patch", "revert", "--exo", str(tmp_path / "nowhere")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "not an exo source tree" in error
