@@ -64,6 +64,8 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
         "src/exo/worker/main.py",
         patching.SERIES_MARKERS[series.name],  # the supervisor: failure diagnosis
         "pyproject.toml",
+        ".github/workflows/build-app.yml",  # the app build syncs the extra
+        "justfile",  # so does `just build-app`
     }
     modules = {
         b"".join(diff.hunks[0].new_lines)
@@ -85,6 +87,7 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     assert applied != original and "src/exo/worker/orphan_guard.py" in applied
     assert b'orphan-guard = ["exo-orphan-guard"]' in applied["pyproject.toml"]
     assert b"case ConnectToGroup():" in applied["src/exo/worker/main.py"]
+    assert b"uv sync --locked --extra orphan-guard\n" in applied[".github/workflows/build-app.yml"]
     assert patching.apply(tmp_path) == (status, False)
     assert snapshot(tmp_path) == applied
     status, changed = patching.revert(tmp_path)
