@@ -189,6 +189,13 @@ def test_hunks_apply_at_an_offset_and_reverse_exactly() -> None:
     assert apply_hunks(patched, diff.reversed().hunks) == shifted
 
 
+def test_a_hunk_is_found_in_a_file_much_shorter_than_its_line_number_says() -> None:
+    (diff,) = parse_unified_diff(DIFF.replace(b"@@ -2,3 +2,4 @@", b"@@ -40,3 +40,4 @@"))
+    assert apply_hunks(b"one\ntwo\nthree\nfour\n", diff.hunks) == (
+        b"one\ntwo\nTHREE\nthree and a half\nfour\n"
+    )
+
+
 def test_a_missing_context_line_is_a_mismatch() -> None:
     (diff,) = parse_unified_diff(DIFF)
     with pytest.raises(HunkMismatchError) as raised:
