@@ -158,7 +158,7 @@ def _describe(pid: int) -> ProcessInfo | None:
             exe = _or_none(process.exe)
             rss = _or_none(lambda: process.memory_info().rss)
         pgid = os.getpgid(pid)
-    except (psutil.Error, ProcessLookupError):
+    except (psutil.Error, OSError):  # OSError: gone, or psutil 7.2.1's macOS #2708
         return None
     return ProcessInfo(
         pid=Pid(pid),
