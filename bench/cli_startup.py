@@ -56,7 +56,8 @@ def run(repetitions: int, scratch: Path) -> tuple[Installed, list[LoadResult]]:
 
 def install_from_wheel(scratch: Path) -> Installed:
     wheels = scratch / "wheels"
-    _quiet([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(ROOT)])
+    # Wheel from the sdist, as `make dist` builds it: no stale build/ of the checkout.
+    _quiet([sys.executable, "-m", "build", "--outdir", str(wheels), str(ROOT)])
     (wheel,) = wheels.glob("exo_orphan_guard-*.whl")
     venv = scratch / "venv"
     _quiet([sys.executable, "-m", "venv", str(venv)])

@@ -3,8 +3,7 @@
 Everything that runs inside exo is off unless the environment has EXO_ORPHAN_GUARD=1.
 
 The public names load on first use (PEP 562): the command line imports only what its
-command needs, so `exo-orphan-guard scan` starts without anyio or loguru. Frozen
-builds (PyInstaller) get every submodule through the hook in `_pyinstaller`.
+command needs, so `exo-orphan-guard scan` starts without anyio or loguru.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ from typing import TYPE_CHECKING, Final
 
 from ._version import __version__
 
+# Also what PyInstaller's import analysis follows (it reads these statements, though
+# they never run): exo's frozen app bundles every module the names below need.
 if TYPE_CHECKING:
     from .killing import KillResult
     from .runner_watch import guard_runner

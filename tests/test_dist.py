@@ -55,9 +55,7 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
     ]
     assert sorted(runtime) == ["anyio>=4.4", "loguru>=0.7", "psutil>=7.2.1"]
     assert "exo-orphan-guard = exo_orphan_guard.cli:entry_point" in entry_points
-    assert "hook-dirs = exo_orphan_guard._pyinstaller:hook_dirs" in entry_points
     assert "exo_orphan_guard/py.typed" in names
-    assert "exo_orphan_guard/_pyinstaller/hook-exo_orphan_guard.py" in names
     for series in patching.load_series():
         for patch_name, _ in series.diffs:
             assert f"exo_orphan_guard/patches/{series.name}/{patch_name}" in names
