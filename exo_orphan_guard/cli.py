@@ -192,8 +192,9 @@ def _patch(arguments: argparse.Namespace) -> int:
 
     action: patch_command.Action = arguments.action
     source: Path | None = arguments.source
-    if source is not None and action != "apply":
-        raise UsageError(f"--source is for apply, not {action}")
+    for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
+        if given and action != "apply":
+            raise UsageError(f"{flag} is for apply, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
     try:
         return patch_command.run(action, tree, source, lock=not arguments.no_lock)
