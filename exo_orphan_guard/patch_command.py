@@ -150,6 +150,11 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
                 "source: pyproject.toml changed after apply: its exo-orphan-guard entry "
                 "is left as it is"
             )
+    elif uv_project.declared_source(_read(tree / PYPROJECT) or b"") is not None:
+        say(
+            f"source: no record of what apply changed ({uv_project.UNDO_FILE}): the "
+            "exo-orphan-guard entry in pyproject.toml is left as it is"
+        )
     status, changed = patching.revert(tree)
     files = len(status.series.files)
     done = "reverted" if changed else "not applied: nothing to revert"

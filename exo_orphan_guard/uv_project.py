@@ -121,15 +121,6 @@ def with_source(pyproject: bytes, source: Source) -> bytes:
     return b"".join(lines)
 
 
-def without_source_line(pyproject: bytes, line: bytes) -> bytes:
-    """`pyproject` without the entry line apply wrote (once), for when the undo record
-    no longer matches the file."""
-    lines = pyproject.splitlines(keepends=True)
-    if line in lines:
-        lines.remove(line)
-    return b"".join(lines)
-
-
 def _table_start(lines: list[bytes]) -> int | None:
     for index, line in enumerate(lines):
         if line.strip() == SOURCES_HEADER:
@@ -162,10 +153,10 @@ def digest(content: bytes | None) -> str:
 
 
 def read_undo(tree: Path) -> dict[str, Saved]:
+    """The record apply left; empty if there is none or it is unreadable (then revert
+    leaves both files as they are and says so)."""
     try:
         raw = json.loads((tree / UNDO_FILE).read_text())
-    except FileNotFoundError:
-        return {}
     except (OSError, ValueError):
         return {}
     saved: dict[str, Saved] = {}
@@ -175,7 +166,11 @@ def read_undo(tree: Path) -> dict[str, Saved]:
         before = entry.get("before")
         after = entry.get("after_sha256")
         if (before is None or isinstance(before, str)) and isinstance(after, str):
-            saved[name] = Saved(None if before is None else base64.b64decode(before), after)
+            try:
+                content = None if before is None else base64.b64decode(before, validate=True)
+            except ValueError:  # not base64: not a record this package wrote
+                continue
+            saved[name] = Saved(content, after)
     return saved
 
 

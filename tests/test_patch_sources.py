@@ -90,6 +90,21 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     assert b"[tool.uv.sources]\n" + uv_project.Source(wheel, "wheel").entry_line() in pyproject
 
 
+def test_without_a_readable_undo_record_revert_leaves_source_and_lock_and_says_so(
+    tmp_path: Path, wheel: Path, no_uv: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = exo_tree(tmp_path)
+    (tree / "uv.lock").write_bytes(b"version = 1\n")
+    run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
+    (tree / uv_project.UNDO_FILE).write_text('{"uv.lock": {"before": "%%%", "after_sha256": ""}}')
+    code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
+    assert code == 0
+    assert out[0].startswith("source: no record of what apply changed (.orphan-guard-undo.json)")
+    assert out[1].endswith("reverted in " + str(tree)) and len(out) == 2
+    assert uv_project.declared_source((tree / "pyproject.toml").read_bytes()) == str(wheel)
+    assert not (tree / uv_project.UNDO_FILE).exists()
+
+
 def test_a_second_apply_with_another_source_replaces_the_entry_and_revert_still_restores(
     tmp_path: Path, wheel: Path, no_uv: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
