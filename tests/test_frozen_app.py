@@ -2,13 +2,18 @@
 built from this package's wheel (tests/frozen_app/exo_standin.py). Its runner holds
 the GIL in native code when the app is SIGKILLed, as a runner inside
 `mx.distributed.init()` does. Guarded, it dies with the app; unguarded it lives on,
-and the default scan finds it by its frozen command line."""
+and the default scan finds it by its frozen command line.
+
+The unguarded app and that scan run as another user (nobody): sweeps are
+machine-wide, and one run concurrently by anyone else as root spares another user's
+processes, so this orphan stays until the test has looked at it."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +31,7 @@ from exo_orphan_guard.scenarios import GIL_SETTLE_SECONDS, wait_gone
 from .helpers.frozen import frozen_app
 
 START_TIMEOUT_SECONDS = 30.0
+NOBODY = 65534
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +47,16 @@ class RunningApp:
 
 
 RunApp = Callable[..., RunningApp]
+
+
+def as_user(user: int | None) -> list[str]:
+    """The command prefix that runs a command as `user` (none: as we are)."""
+    if user is None:
+        return []
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("running the app as another user needs root and setpriv")
+    return [setpriv, f"--reuid={user}", f"--regid={user}", "--clear-groups"]
 
 
 def _started_by(app: Path) -> list[ProcessIdentity]:
@@ -61,16 +77,17 @@ def _started_by(app: Path) -> list[ProcessIdentity]:
 def run_app(app: Path) -> Generator[RunApp]:
     started: list[subprocess.Popen[str]] = []
 
-    def run(*, guard: bool) -> RunningApp:
+    def run(*, guard: bool, user: int | None = None) -> RunningApp:
         environment = dict(os.environ)
         environment[settings.TOGGLE_ENV] = "1" if guard else "0"
         process = subprocess.Popen(
-            [str(app)],
+            [*as_user(user), str(app)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
             env=environment,
+            cwd="/",
         )
         started.append(process)
         assert process.stdout is not None
@@ -126,14 +143,24 @@ def test_guarded_a_gil_held_frozen_runner_dies_with_the_app(run_app: RunApp) -> 
 def test_unguarded_the_frozen_runner_survives_and_the_default_scan_finds_it(
     run_app: RunApp, app: Path
 ) -> None:
-    running = run_app(guard=False)
+    running = run_app(guard=False, user=NOBODY)
     kill_app(running)
     assert wait_gone([running.runner], 1.0)[running.runner] is None, "no orphan to find"
     scan = subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "scan", "--json"],
+        [
+            *as_user(NOBODY),
+            sys.executable,
+            "-m",
+            "exo_orphan_guard",
+            "scan",
+            "--json",
+            "--dir",
+            "/nonexistent",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
+        cwd="/",
     )
     report = json.loads(scan.stdout)
     found = {suspect["pid"]: suspect for suspect in report["suspects"]}

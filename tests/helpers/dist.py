@@ -96,6 +96,7 @@ def cached(name: str, make: Callable[[Path], None]) -> Path:
         scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=CACHE))
         try:
             make(scratch)
+            scratch.chmod(0o755)  # mkdtemp's 0700 would hide it from other users' tests
             os.replace(scratch, target)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
