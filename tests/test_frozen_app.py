@@ -4,7 +4,8 @@ the GIL in native code when the app is SIGKILLed, as a runner inside
 `mx.distributed.init()` does. Guarded, it dies with the app; unguarded it lives on,
 and the default scan finds it by its frozen command line.
 
-The unguarded app and that scan run as another user (nobody): sweeps are
+The unguarded app and that scan (the package's CLI, frozen into the same binary) run
+as another user (nobody): sweeps are
 machine-wide, and one run concurrently by anyone else as root spares another user's
 processes, so this orphan stays until the test has looked at it."""
 
@@ -16,7 +17,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -147,16 +147,8 @@ def test_unguarded_the_frozen_runner_survives_and_the_default_scan_finds_it(
     kill_app(running)
     assert wait_gone([running.runner], 1.0)[running.runner] is None, "no orphan to find"
     scan = subprocess.run(
-        [
-            *as_user(NOBODY),
-            sys.executable,
-            "-m",
-            "exo_orphan_guard",
-            "scan",
-            "--json",
-            "--dir",
-            "/nonexistent",
-        ],
+        # The command line frozen into the app: it runs as nobody wherever the app does.
+        [*as_user(NOBODY), str(app), "exo-orphan-guard", "scan", "--json", "--dir", "/nonexistent"],
         capture_output=True,
         text=True,
         timeout=60,

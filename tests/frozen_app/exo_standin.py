@@ -6,7 +6,9 @@ frozen app runs as `<exe> --multiprocessing-fork tracker_fd=N pipe_handle=M`. Th
 hooks are called as exo's patched hooks module calls them, through the package's
 public names (loaded lazily: the package's PyInstaller hook must have bundled them).
 
-    exo           prints `worker <pid>`, then `runner <pid> ready`; waits for SIGKILL
+    exo                          prints `worker <pid>`, then `runner <pid> ready`;
+                                 waits for SIGKILL
+    exo exo-orphan-guard ARGS    the package's command line, frozen with the app
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def runner() -> None:
 
 def main() -> None:
     multiprocessing.freeze_support()
+    if sys.argv[1:2] == ["exo-orphan-guard"]:
+        from exo_orphan_guard import cli
+
+        sys.exit(cli.main(sys.argv[2:]))
     multiprocessing.set_start_method("spawn", force=True)
     import exo_orphan_guard
 
