@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 BIN313 := $(VENV313)/bin
 PYTEST_ARGS ?=
 
-.PHONY: all setup test lint typecheck pytest pytest-3.13 demo bench test-exo clean
+.PHONY: all setup test lint typecheck pytest pytest-3.13 demo bench test-exo dist clean
 
 all: test
 
@@ -58,7 +58,13 @@ bench: $(BIN)/.bench-installed
 # Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.
 # Builds Python 3.13 venvs with exo's dependencies under .cache/exo-venv (kept).
 test-exo: $(BIN)/.installed
-	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(BIN)/pytest tests/test_exo_integration.py -v -rs
+	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(BIN)/pytest tests/test_exo_integration.py tests/test_exo_uv_real.py -v -rs
+
+# Wheel and sdist into dist/, then their metadata checked (twine check --strict).
+dist: $(BIN)/.installed
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache dist build

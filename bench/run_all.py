@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from . import group_reform, idle_cost, plot_watch, sweep_cost, watch_latency
+from . import cli_startup, group_reform, idle_cost, plot_watch, sweep_cost, watch_latency
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -27,7 +27,7 @@ DOCUMENT = ROOT / "docs" / "benchmarks.md"
 WATCH_SAMPLES = RESULTS / "watch-latency.json"
 WATCH_IMAGE = plot_watch.DEFAULT_IMAGE
 
-SECTION_ORDER = ["watch", "idle", "sweep", "group", "launch"]
+SECTION_ORDER = ["watch", "idle", "sweep", "cli", "group", "launch"]
 
 INTRO = """# Benchmarks
 
@@ -134,6 +134,27 @@ def sweep_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def cli_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    repetitions: int = arguments.cli_repetitions
+    installed, results = cli_startup.run(repetitions, scratch)
+    return "\n".join(
+        [
+            _header(
+                "CLI start-up: `exo-orphan-guard scan` end to end",
+                f"python -m bench.run_all --only cli --cli-repetitions {repetitions}",
+            ),
+            f"{repetitions} repetitions per command and load, interleaved in random order. "
+            "The CLI is installed from this package's wheel into a fresh venv, as `pip "
+            "install` gives it to an operator; each row includes starting its interpreter "
+            "(or shell, ps and awk). The registry is empty, so `scan` costs its start-up plus "
+            "the fingerprint scan of every process. Target: `scan` at most the `ps | awk` "
+            "line at 2,000 processes.\n",
+            cli_startup.render(installed, results),
+            "",
+        ]
+    )
+
+
 def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
     del scratch
     trials: int = arguments.group_trials
@@ -201,6 +222,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "idle": idle_section,
     "sweep": sweep_section,
+    "cli": cli_section,
     "group": group_section,
     "launch": launch_section,
 }
@@ -212,6 +234,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--sweep-repetitions", type=int, default=40)
+    parser.add_argument("--cli-repetitions", type=int, default=40)
     parser.add_argument("--group-trials", type=int, default=20)
     parser.add_argument("--launch-trials", type=int, default=100)
     parser.add_argument("--hosts-repetitions", type=int, default=20)

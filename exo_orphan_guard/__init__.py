@@ -1,25 +1,53 @@
 """exo-orphan-guard: exo runners die with their worker; leftover runners get swept.
 
 Everything that runs inside exo is off unless the environment has EXO_ORPHAN_GUARD=1.
+
+The public names load on first use (PEP 562): the command line imports only what its
+command needs, so `exo-orphan-guard scan` starts without anyio or loguru.
 """
 
-from .killing import KillResult
-from .runner_watch import guard_runner
-from .sweeping import SweepReport, sweep, sweep_async
-from .verdicts import Verdict
-from .worker import (
-    FailureDiagnosis,
-    diagnose_runner_failure,
-    prepare_worker,
-    sweep_at_worker_start,
-    worker_sweep,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Final
+
+from ._version import __version__
+
+# Also what PyInstaller's import analysis follows (it reads these statements, though
+# they never run): exo's frozen app bundles every module the names below need.
+if TYPE_CHECKING:
+    from .killing import KillResult
+    from .runner_watch import guard_runner
+    from .sweeping import SweepReport, sweep, sweep_async
+    from .verdicts import Verdict
+    from .worker import (
+        FailureDiagnosis,
+        diagnose_runner_failure,
+        prepare_worker,
+        sweep_at_worker_start,
+        worker_sweep,
+    )
+
+_HOMES: Final = {
+    "FailureDiagnosis": "worker",
+    "KillResult": "killing",
+    "SweepReport": "sweeping",
+    "Verdict": "verdicts",
+    "diagnose_runner_failure": "worker",
+    "guard_runner": "runner_watch",
+    "prepare_worker": "worker",
+    "sweep": "sweeping",
+    "sweep_async": "sweeping",
+    "sweep_at_worker_start": "worker",
+    "worker_sweep": "worker",
+}
 
 __all__ = [
     "FailureDiagnosis",
     "KillResult",
     "SweepReport",
     "Verdict",
+    "__version__",
     "diagnose_runner_failure",
     "guard_runner",
     "prepare_worker",
@@ -28,3 +56,16 @@ __all__ = [
     "sweep_at_worker_start",
     "worker_sweep",
 ]
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value  # the next lookup skips this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

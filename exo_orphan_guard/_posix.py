@@ -109,7 +109,10 @@ def group_members(groups: Collection[int]) -> list[Pid]:
 
 
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
-    for process in psutil.process_iter(["cmdline"]):
-        argv: list[str] | None = process.info["cmdline"]
+    for process in psutil.process_iter():
+        try:
+            argv = process.cmdline()
+        except (psutil.Error, OSError):  # psutil 7.2.1 on macOS: a bare OSError (#2708)
+            continue
         if argv:
             yield Pid(process.pid), "\0".join(argv).encode() + b"\0"

@@ -2,6 +2,9 @@
 
 Exit codes: 0 nothing left (or all checks passed), 1 orphans or failures remain,
 2 usage or configuration error. Errors are one line on stderr, never a traceback.
+
+Each command imports what it uses when it runs: `scan` starts without anyio or loguru
+(CLI start-up is measured in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NoReturn, final
 
-from . import doctor, explain, patching, report_format, selftest, settings
-from .sweeping import sweep
+from . import settings
+from ._version import __version__
 
 EXIT_OK: Final = 0
 EXIT_LEFT: Final = 1
@@ -37,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="exo-orphan-guard",
         description="Find and kill exo runners that outlived their worker.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     for name, description in (
@@ -92,10 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
         "patch",
         help="put the guard's hooks into an exo source tree",
         description="Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or "
-        "nothing to do; 2 not an exo tree, no series fits, or conflicting edits.",
+        "nothing to do (a uv lock that failed is a line saying what to run); 2 not an exo "
+        "tree, no series fits, conflicting edits, or a bad --source.",
     )
     patch.add_argument("action", choices=("check", "apply", "revert"))
     patch.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
+    patch.add_argument(
+        "--source",
+        type=Path,
+        metavar="SRC",
+        help="apply: a wheel, sdist or checkout of exo-orphan-guard for exo's "
+        "[tool.uv.sources], so the orphan-guard extra resolves without an index",
+    )
+    patch.add_argument(
+        "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
+    )
 
     explain_command = commands.add_parser(
         "explain",
@@ -143,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument(
         "--strategy",
         action="append",
-        choices=selftest.strategies_here(),
+        choices=settings.STRATEGIES,
         help="only this strategy (repeatable); default: every one this OS offers",
     )
     return parser
@@ -186,6 +201,9 @@ def _dispatch(arguments: argparse.Namespace) -> int:
 
 
 def _sweep(arguments: argparse.Namespace, command: str) -> int:
+    from . import report_format
+    from .sweeping import sweep
+
     dry_run = command == "scan" or bool(arguments.dry_run)
     try:
         report = sweep(
@@ -207,28 +225,23 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
 
 
 def _patch(arguments: argparse.Namespace) -> int:
-    action: str = arguments.action
+    from . import patch_command
+
+    action: patch_command.Action = arguments.action
+    source: Path | None = arguments.source
+    for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
+        if given and action != "apply":
+            raise UsageError(f"{flag} is for apply, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
     try:
-        match action:
-            case "check":
-                status = patching.check(tree)
-                print(f"series {status.series.name} fits {tree}: {status.state}")
-                return EXIT_OK if status.state == "applied" else EXIT_LEFT
-            case "apply":
-                status, changed = patching.apply(tree)
-                done = "applied" if changed else "already applied: nothing changed"
-            case _:
-                status, changed = patching.revert(tree)
-                done = "reverted" if changed else "not applied: nothing to revert"
-    except patching.PatchError as error:
+        return patch_command.run(action, tree, source, lock=not arguments.no_lock)
+    except patch_command.PatchCommandError as error:
         raise UsageError(str(error)) from error
-    files = len(status.series.files)
-    print(f"series {status.series.name} ({files} files) {done} in {tree}")
-    return EXIT_OK
 
 
 def _explain(arguments: argparse.Namespace) -> int:
+    from . import explain
+
     words: list[str] = arguments.text
     text = " ".join(words)
     found = explain.explain(text)
@@ -249,6 +262,8 @@ def _explain(arguments: argparse.Namespace) -> int:
 
 
 def _doctor(arguments: argparse.Namespace) -> int:
+    from . import doctor
+
     exo_tree: Path | None = arguments.exo
     checks = doctor.assess(
         doctor.gather(None if exo_tree is None else exo_tree.expanduser().resolve())
@@ -317,7 +332,12 @@ def _seconds(text: str) -> float:
 
 
 def _selftest(arguments: argparse.Namespace) -> int:
+    from . import selftest
+
     chosen: list[settings.Strategy] | None = arguments.strategy
+    unusable = [name for name in chosen or () if name not in selftest.strategies_here()]
+    if unusable:
+        raise UsageError(f"--strategy {unusable[0]} is not usable on this machine")
     results = selftest.run_selftest(
         chosen, progress=lambda result: print(selftest.render_row(result), flush=True)
     )

@@ -110,7 +110,8 @@ def _find(lines: list[bytes], wanted: tuple[bytes, ...], expected: int, start: i
     if not wanted:
         return min(max(expected, start), len(lines))
     last = len(lines) - len(wanted)
-    for distance in range(len(lines) + 1):
+    # Far enough to reach either end of the file from `expected`, which may lie past it.
+    for distance in range(max(expected, len(lines)) + 1):
         for position in (expected - distance, expected + distance):
             if (
                 start <= position <= last

@@ -226,7 +226,7 @@ def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
         pgid = os.getpgid(pid)
     except (psutil.NoSuchProcess, ProcessLookupError):
         return "gone"
-    except (psutil.Error, OSError):
+    except (psutil.Error, OSError):  # OSError too: psutil 7.2.1 on macOS (#2708)
         return "unreadable"
     return ProcessInfo(
         pid=Pid(pid),

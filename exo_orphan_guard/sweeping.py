@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar, final
 
-import anyio.to_thread
-
 from . import killing, process_table, settings
 from ._common import Pid
 from .freeze_journal import FreezeJournal, thaw_abandoned
@@ -219,6 +217,8 @@ def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> 
 
 def _in_worker_thread(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        import anyio.to_thread  # only exo's event loop needs it: the CLI starts without
+
         return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
 
     return run

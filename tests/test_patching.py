@@ -64,6 +64,8 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
         "src/exo/worker/main.py",
         patching.SERIES_MARKERS[series.name],  # the supervisor: failure diagnosis
         "pyproject.toml",
+        ".github/workflows/build-app.yml",  # the app build syncs the extra
+        "justfile",  # so does `just build-app`
     }
     modules = {
         b"".join(diff.hunks[0].new_lines)
@@ -85,6 +87,7 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     assert applied != original and "src/exo/worker/orphan_guard.py" in applied
     assert b'orphan-guard = ["exo-orphan-guard"]' in applied["pyproject.toml"]
     assert b"case ConnectToGroup():" in applied["src/exo/worker/main.py"]
+    assert b"uv sync --locked --extra orphan-guard\n" in applied[".github/workflows/build-app.yml"]
     assert patching.apply(tmp_path) == (status, False)
     assert snapshot(tmp_path) == applied
     status, changed = patching.revert(tmp_path)
@@ -156,7 +159,8 @@ def test_cli_exit_codes_and_one_line_messages(
     assert cli.main(["patch", "apply", "--exo", str(tmp_path)]) == 0
     assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].endswith("not applied") and "already applied" in out[2]
+    # check: series, source, uv.lock; apply: series, source, uv.lock (no uv.lock here).
+    assert out[0].endswith("not applied") and "already applied" in out[6]
     assert cli.main(["patch", "revert", "--exo", str(tmp_path / "nowhere")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "not an exo source tree" in error
@@ -183,6 +187,13 @@ def test_hunks_apply_at_an_offset_and_reverse_exactly() -> None:
     patched = apply_hunks(shifted, diff.hunks)
     assert patched == b"extra\nzero\none\ntwo\nTHREE\nthree and a half\nfour\nfive\n"
     assert apply_hunks(patched, diff.reversed().hunks) == shifted
+
+
+def test_a_hunk_is_found_in_a_file_much_shorter_than_its_line_number_says() -> None:
+    (diff,) = parse_unified_diff(DIFF.replace(b"@@ -2,3 +2,4 @@", b"@@ -40,3 +40,4 @@"))
+    assert apply_hunks(b"one\ntwo\nthree\nfour\n", diff.hunks) == (
+        b"one\ntwo\nTHREE\nthree and a half\nfour\n"
+    )
 
 
 def test_a_missing_context_line_is_a_mismatch() -> None:

@@ -1,0 +1,51 @@
+"""A stand-in for exo's frozen app, built by PyInstaller into a onedir binary `exo`.
+
+Like exo (`src/exo/main.py`): spawn start method, `freeze_support()`, the worker is
+the app's main process and a runner is a `multiprocessing.Process` child, which in a
+frozen app runs as `<exe> --multiprocessing-fork tracker_fd=N pipe_handle=M`. The
+hooks are called as exo's patched hooks module calls them, through the package's
+public names (loaded lazily: the package's PyInstaller hook must have bundled them).
+
+    exo                          prints `worker <pid>`, then `runner <pid> ready`;
+                                 waits for SIGKILL
+    exo exo-orphan-guard ARGS    the package's command line, frozen with the app
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import sys
+import time
+
+
+def runner() -> None:
+    import exo_orphan_guard
+
+    exo_orphan_guard.guard_runner(runner_id="frozen-runner", instance_id="frozen-instance")
+    print(f"runner {os.getpid()} ready", flush=True)
+    # Hold the GIL in native code, as mx.distributed.init() does: no Python thread of
+    # this runner can run until it returns.
+    ctypes.PyDLL(None).sleep(3600)
+
+
+def main() -> None:
+    multiprocessing.freeze_support()
+    if sys.argv[1:2] == ["exo-orphan-guard"]:
+        from exo_orphan_guard import cli
+
+        sys.exit(cli.main(sys.argv[2:]))
+    multiprocessing.set_start_method("spawn", force=True)
+    import exo_orphan_guard
+
+    exo_orphan_guard.prepare_worker()
+    print(f"worker {os.getpid()}", flush=True)
+    process = multiprocessing.Process(target=runner, daemon=True)
+    process.start()
+    sys.stdin.read()  # the test ends the worker with SIGKILL
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

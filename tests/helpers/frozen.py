@@ -1,0 +1,69 @@
+"""The frozen stand-in app: PyInstaller onedir binary `exo`, built from this package's
+wheel in a clean venv (an editable install is not bundled), cached under .cache/."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .dist import ROOT, built_dist, cached, digest_of
+
+APP_SCRIPT = ROOT / "tests" / "frozen_app" / "exo_standin.py"
+PYINSTALLER = "pyinstaller>=6.10"
+
+
+def frozen_app() -> Path:
+    """The path of the frozen `exo` binary."""
+    wheel = built_dist().wheel
+    key = digest_of([APP_SCRIPT, wheel], PYINSTALLER, sys.version)
+
+    def build(target: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="eog-frozen-") as scratch:
+            work = Path(scratch)
+            venv = work / "venv"
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            python = str(venv / "bin" / "python")
+            subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--disable-pip-version-check",
+                    str(wheel),
+                    PYINSTALLER,
+                ],
+                check=True,
+                capture_output=True,
+            )
+            script = work / "exo.py"
+            shutil.copyfile(APP_SCRIPT, script)
+            built = subprocess.run(
+                [
+                    python,
+                    "-m",
+                    "PyInstaller",
+                    "--noconfirm",
+                    "--onedir",
+                    "--name",
+                    "exo",
+                    "--distpath",
+                    str(work / "dist"),
+                    "--workpath",
+                    str(work / "build"),
+                    "--specpath",
+                    str(work),
+                    str(script),
+                ],
+                capture_output=True,
+                text=True,
+            )
+            if built.returncode != 0:
+                raise RuntimeError(f"PyInstaller failed: {built.stderr[-2000:]}")
+            shutil.copytree(work / "dist" / "exo", target / "exo", symlinks=True)
+
+    return cached(f"frozen-app-{key}", build) / "exo" / "exo"

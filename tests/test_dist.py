@@ -1,0 +1,115 @@
+"""The package ships: its wheel and sdist (as `make dist` builds them) carry what an
+operator needs, and the wheel alone, in a clean venv beside exo's locked psutil,
+passes `exo-orphan-guard selftest`."""
+
+from __future__ import annotations
+
+import email.parser
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard import patching
+from exo_orphan_guard._version import __version__
+
+from .helpers.dist import ROOT, Dist, built_dist
+
+EXO_LOCKED_PSUTIL = "7.2.1"
+
+
+@pytest.fixture(scope="module")
+def dist() -> Dist:
+    return built_dist()
+
+
+def test_one_version_everywhere(dist: Dist) -> None:
+    assert dist.wheel.name == f"exo_orphan_guard-{__version__}-py3-none-any.whl"
+    assert dist.sdist.name == f"exo_orphan_guard-{__version__}.tar.gz"
+    assert f"## {__version__}" in (ROOT / "CHANGELOG.md").read_text()
+    version = subprocess.run(
+        [sys.executable, "-m", "exo_orphan_guard", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert version.stdout == f"exo-orphan-guard {__version__}\n"
+
+
+def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None:
+    with zipfile.ZipFile(dist.wheel) as wheel:
+        names = set(wheel.namelist())
+        info = f"exo_orphan_guard-{__version__}.dist-info"
+        metadata = email.parser.Parser().parsestr(wheel.read(f"{info}/METADATA").decode())
+        entry_points = wheel.read(f"{info}/entry_points.txt").decode()
+    assert metadata["Name"] == "exo-orphan-guard"
+    assert metadata["Version"] == __version__
+    assert metadata["License-Expression"] == "Apache-2.0"
+    runtime = [
+        requirement
+        for requirement in metadata.get_all("Requires-Dist", [])
+        if "extra ==" not in requirement
+    ]
+    assert sorted(runtime) == ["anyio>=4.4", "loguru>=0.7", "psutil>=7.2.1"]
+    assert "exo-orphan-guard = exo_orphan_guard.cli:entry_point" in entry_points
+    assert "exo_orphan_guard/py.typed" in names
+    for series in patching.load_series():
+        for patch_name, _ in series.diffs:
+            assert f"exo_orphan_guard/patches/{series.name}/{patch_name}" in names
+
+
+def test_the_sdist_builds_the_same_package(dist: Dist) -> None:
+    with tarfile.open(dist.sdist) as sdist:
+        names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    assert {"pyproject.toml", "README.md", "exo_orphan_guard/_version.py"} <= names
+    assert "exo_orphan_guard/patches/main/0006-build-the-app-with-the-orphan-guard-extra.patch" in (
+        names
+    )
+
+
+def test_the_wheel_installs_into_a_clean_venv_and_passes_its_selftest(
+    tmp_path: Path, dist: Dist
+) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    bin_dir = venv / "bin"
+    subprocess.run(
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            str(dist.wheel),
+            f"psutil=={EXO_LOCKED_PSUTIL}",  # exo's lock: the floor must fit it
+        ],
+        check=True,
+        capture_output=True,
+    )
+    where = subprocess.run(
+        [
+            str(bin_dir / "python"),
+            "-c",
+            "import exo_orphan_guard, psutil; print(exo_orphan_guard.__file__, psutil.__version__)",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    module_file, psutil_version = where.stdout.split()
+    assert Path(module_file).is_relative_to(venv) and psutil_version == EXO_LOCKED_PSUTIL
+
+    selftest = subprocess.run(
+        [str(bin_dir / "exo-orphan-guard"), "selftest", "--strategy", "auto"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert selftest.returncode == 0, selftest.stdout + selftest.stderr
+    assert "PASS: every strategy did what it is designed to do." in selftest.stdout

@@ -1,0 +1,41 @@
+"""psutil 7.2.1 (what exo locks) is the floor. Before 7.2.2, macOS `cmdline()` could
+raise a bare `OSError` (errno 0, psutil #2708) instead of `AccessDenied`: the
+process-table readers must treat that process as unreadable (so it is spared), not
+fail the whole scan. Injected here; the readers are the ones macOS uses."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+
+from exo_orphan_guard import _posix, process_table
+
+
+@pytest.fixture
+def parent_cmdline_fails(monkeypatch: pytest.MonkeyPatch) -> int:
+    real = psutil.Process.cmdline
+    victim = os.getppid()
+
+    def cmdline(self: psutil.Process) -> list[str]:
+        if self.pid == victim:
+            raise OSError(0, "Undefined error")
+        return real(self)
+
+    monkeypatch.setattr(psutil.Process, "cmdline", cmdline)
+    return victim
+
+
+def test_command_lines_skip_a_process_whose_cmdline_raises_a_bare_oserror(
+    parent_cmdline_fails: int,
+) -> None:
+    found = dict(_posix.iter_command_lines())
+    assert os.getpid() in found
+    assert parent_cmdline_fails not in found
+
+
+def test_the_process_table_leaves_out_a_process_it_cannot_read(parent_cmdline_fails: int) -> None:
+    table = process_table.gather([os.getpid(), parent_cmdline_fails], fingerprint=False, match=None)
+    assert os.getpid() in table.processes
+    assert parent_cmdline_fails not in table.processes
