@@ -10,7 +10,6 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -208,7 +207,7 @@ def _recorded_worker() -> ProcessIdentity | None:
 
 
 def _parent_death_signal_safety(worker: ProcessIdentity, me: ProcessIdentity) -> ParentDeathSignal:
-    if sys.platform != "linux":
+    if system.BACKEND != "linux":
         return "unsupported"
     if os.getppid() != worker.pid:
         return "not-worker-child"

@@ -9,14 +9,13 @@ round with the guard off must leave orphans, or the test proves nothing here.
 from __future__ import annotations
 
 import platform
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
-from . import scenarios, settings
+from . import scenarios, settings, system
 from .scenario_worker import RunnerKind, Watch
 from .waiters import can_use_kqueue, can_use_pidfd
 
@@ -65,7 +64,7 @@ class StrategyResult:
 
 def strategies_here() -> tuple[settings.Strategy, ...]:
     available: list[settings.Strategy] = ["auto", "watchdog"]
-    if sys.platform == "linux":
+    if system.BACKEND == "linux":
         available.append("pdeathsig")
     if can_use_pidfd():
         available.append("pidfd")

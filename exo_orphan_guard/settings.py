@@ -17,9 +17,12 @@ DIR_ENV: Final = "EXO_ORPHAN_GUARD_DIR"
 GRACE_ENV: Final = "EXO_ORPHAN_GUARD_GRACE"
 WORKER_ENV: Final = "EXO_ORPHAN_GUARD_WORKER"
 """Set by `prepare_worker()` in the worker and inherited by every runner it spawns."""
+BACKEND_ENV: Final = "EXO_ORPHAN_GUARD_BACKEND"
+"""`portable` forces the psutil-and-stdlib backend macOS runs, on any OS."""
 
 Strategy = Literal["auto", "pidfd", "kqueue", "sentinel", "poll", "pdeathsig", "watchdog"]
 STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
+BackendChoice = Literal["auto", "portable"]
 
 _ON: Final = frozenset({"1", "true", "yes", "on"})
 _OFF: Final = frozenset({"", "0", "false", "no", "off"})
@@ -62,6 +65,15 @@ def parse_strategy(raw: str | None) -> Parsed[Strategy]:
         "auto",
         f"{STRATEGY_ENV}={raw!r} is not one of {', '.join(STRATEGIES)}: using auto",
     )
+
+
+def parse_backend(raw: str | None) -> Parsed[BackendChoice]:
+    word = (raw or "").strip().lower()
+    if word in ("", "auto"):
+        return Parsed("auto")
+    if word == "portable":
+        return Parsed("portable")
+    return Parsed("auto", f"{BACKEND_ENV}={raw!r} is not one of auto, portable: using auto")
 
 
 def parse_grace(raw: str | None) -> Parsed[float]:

@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import resource
 import threading
 import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+from . import system
 from ._common import Pid
 from .identity import ProcessIdentity
 from .tree_kill import kill_runner_tree
@@ -103,6 +103,4 @@ def _detach_inherited_files() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    upper = soft_limit if soft_limit != resource.RLIM_INFINITY else 65536
-    os.closerange(3, min(upper, 1 << 20))
+    system.close_inherited_files(3)
