@@ -25,13 +25,14 @@ def _role() -> str:
 def _shift_boot_time(seconds: float) -> None:
     import psutil
 
-    platform_module = psutil._psplatform  # pyright: ignore[reportPrivateUsage]
-    real: Callable[[], float] = platform_module.boot_time
+    # psutil's per-OS module: create_time() and boot_time() both call its boot_time.
+    platform_module: object = getattr(psutil, "_psplatform")  # noqa: B009
+    real: Callable[[], float] = getattr(platform_module, "boot_time")  # noqa: B009
 
     def shifted() -> float:
         return real() + seconds
 
-    platform_module.boot_time = shifted
+    setattr(platform_module, "boot_time", shifted)  # noqa: B010
 
 
 if os.environ.get("EOG_TEST_BOOT_SHIFT") == _role():
