@@ -85,11 +85,11 @@ class RusageInfoV0(ctypes.Structure):
 def sysctl_string(name: str, libc: DarwinLibc) -> str | None:
     """A string sysctl by name (`sysctlbyname(3)`): size first, then the value."""
     size = ctypes.c_size_t(0)
-    if libc.sysctlbyname(name.encode(), None, ctypes.byref(size), None, 0) != 0:
+    if libc.sysctlbyname(name.encode(), None, ctypes.pointer(size), None, 0) != 0:
         return None
     buffer = ctypes.create_string_buffer(size.value + 1)
     size.value = len(buffer)
-    if libc.sysctlbyname(name.encode(), buffer, ctypes.byref(size), None, 0) != 0:
+    if libc.sysctlbyname(name.encode(), buffer, ctypes.pointer(size), None, 0) != 0:
         return None
     return buffer.value.decode(errors="replace") or None
 
@@ -102,7 +102,7 @@ def boot_session(libc: DarwinLibc) -> str | None:
 def physical_footprint(pid: int, libc: DarwinLibc) -> int | None:
     """`ri_phys_footprint` from `proc_pid_rusage`: Metal buffers included, unlike RSS."""
     info = RusageInfoV0()
-    if libc.proc_pid_rusage(pid, _RUSAGE_INFO_V0, ctypes.byref(info)) != 0:
+    if libc.proc_pid_rusage(pid, _RUSAGE_INFO_V0, ctypes.pointer(info)) != 0:
         return None
     return int(info.ri_phys_footprint)
 
