@@ -143,13 +143,31 @@ def _orphans(facts: NodeFacts) -> Check:
     if not orphans:
         return Check("orphans", "OK", "no leftover runners of dead workers")
     pids = ", ".join(str(verdict.pid) for verdict in orphans)
-    memory = sum(verdict.process.rss or 0 for verdict in orphans if verdict.process is not None)
     return Check(
         "orphans",
         "FAIL",
-        f"{len(orphans)} leftover runner(s) ({pids}) holding {memory / 2**30:.1f} GiB",
+        f"{len(orphans)} leftover runner(s) ({pids}) holding {_memory_held(orphans)}",
         "exo-orphan-guard sweep",
     )
+
+
+def _memory_held(orphans: Sequence[Verdict]) -> str:
+    """Summed and labelled: macOS footprints (Metal included) or RSS."""
+    kinds: set[str] = set()
+    total = 0
+    for verdict in orphans:
+        process = verdict.process
+        if process is None:
+            continue
+        if process.memory is not None:
+            kinds.add(process.memory.kind)
+            total += process.memory.bytes
+        elif process.rss is not None:
+            kinds.add("rss")
+            total += process.rss
+    label = {"footprint": "physical footprint", "rss": "RSS"}
+    described = " + ".join(label.get(kind, kind) for kind in sorted(kinds)) or "memory"
+    return f"{total / 2**30:.1f} GiB ({described})"
 
 
 def _unkillable(facts: NodeFacts) -> Check:
@@ -209,7 +227,10 @@ def _queue_pairs(facts: NodeFacts) -> Check:
 
 def render(checks: Sequence[Check]) -> str:
     system_name = f"{platform.system()} {platform.release()}"
-    header = f"exo-orphan-guard doctor: {platform.node()} ({system_name}, uid {os.geteuid()})"
+    header = (
+        f"exo-orphan-guard doctor: {platform.node()} "
+        f"({system_name}, uid {os.geteuid()}, {system.BACKEND} backend)"
+    )
     lines = [header]
     for check in checks:
         line = f"{check.status:<5} {check.name:<12} {check.detail}"
@@ -223,6 +244,7 @@ def to_json(checks: Sequence[Check]) -> str:
     return json.dumps(
         {
             "schema": "exo-orphan-guard/doctor/1",
+            "backend": system.BACKEND,
             "checks": [
                 {"name": c.name, "status": c.status, "detail": c.detail, "next": c.next_step}
                 for c in checks

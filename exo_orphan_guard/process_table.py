@@ -19,7 +19,7 @@ from typing import Final, TypeVar, final
 import psutil
 
 from . import system
-from ._common import Pid
+from ._common import MemoryUsage, Pid
 from .exo_detect import ExoExecutables
 from .identity import ProcessIdentity, current_identity
 
@@ -43,6 +43,8 @@ class ProcessInfo:
     create_time: float
     runs_exo: bool
     pgid: int | None = None
+    memory: MemoryUsage | None = None
+    """Physical footprint on macOS (RSS hides Metal memory there), RSS elsewhere."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -160,6 +162,7 @@ def _describe(pid: int) -> ProcessInfo | None:
         pgid = os.getpgid(pid)
     except (psutil.Error, ProcessLookupError):
         return None
+    memory = system.memory_usage(pid)
     return ProcessInfo(
         pid=Pid(pid),
         ppid=ppid,
@@ -172,6 +175,7 @@ def _describe(pid: int) -> ProcessInfo | None:
         create_time=create_time,
         runs_exo=False,
         pgid=pgid,
+        memory=memory,
     )
 
 
