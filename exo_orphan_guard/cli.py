@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=selftest.strategies_here(),
         help="only this strategy (repeatable); default: every one this OS offers",
     )
+    test.add_argument("--json", action="store_true", help="one JSON object, for a bug report")
     return parser
 
 
@@ -229,6 +230,10 @@ def _seconds(text: str) -> float:
 
 def _selftest(arguments: argparse.Namespace) -> int:
     chosen: list[settings.Strategy] | None = arguments.strategy
+    if arguments.json:
+        results = selftest.run_selftest(chosen)
+        print(selftest.to_json(results))
+        return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
     results = selftest.run_selftest(
         chosen, progress=lambda result: print(selftest.render_row(result), flush=True)
     )
