@@ -230,7 +230,24 @@ def _lead_own_process_group() -> int | None:
             "descendants that leave the runner's tree may survive it"
         )
         return None
+    _keep_writing_to_the_terminal()
     return os.getpid()
+
+
+def _keep_writing_to_the_terminal() -> None:
+    """Out of the worker's group, the runner is a background job of its terminal: under
+    `stty tostop` its first write there would stop it with SIGTTOU, for good once its
+    worker is gone. With SIGTTOU ignored the write goes through, as it did in the
+    worker's (foreground) group. Nothing changes for a runner without a terminal."""
+    if not any(os.isatty(fd) for fd in (1, 2)):
+        return
+    if threading.current_thread() is not threading.main_thread():
+        logger.warning(
+            "orphan guard: guard_runner() not called from the main thread: "
+            "under `stty tostop` this runner stops at its first write to the terminal"
+        )
+        return
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 
 
 def _record_runner(

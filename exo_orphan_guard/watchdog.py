@@ -86,15 +86,16 @@ def _exit_with_runner(
     record_path: str | None,
 ) -> None:
     wait_for_exit(runner, chain)
-    if confirmed_gone(worker):
-        # PR_SET_PDEATHSIG took the runner as its worker died, and woke this thread
-        # before the main one: the runner's group must still go.
-        kill_runner_tree(runner, group)
-    elif record_path is not None:
+    if not confirmed_gone(worker) and record_path is not None:
         # The runner died while its worker lives (exo stopped or killed it): its
         # record is stale.
         with contextlib.suppress(OSError):
             os.unlink(record_path)
+    # Whatever took the runner (its worker's death and PR_SET_PDEATHSIG, exo's own
+    # stop, Ctrl-C's SIGINT reaching only the worker's group), what it started dies
+    # with it, as it would have by the terminal's signal before the runner left the
+    # worker's group. The group kill ends this process too.
+    kill_runner_tree(runner, group)
     os._exit(0)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 from exo_orphan_guard import scenarios, system
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.tree_kill import kill_runner_tree
+from tests.conftest import StartWorker
 
 # A runner that leads its own group, with a child in the group and a stray that left
 # it (its own session, as a daemonising helper would). Prints the two pids.
@@ -69,3 +71,17 @@ def test_the_walk_sees_the_whole_tree_at_once(
     runner, member, stray = runner_tree
     found = system.descendants(runner.pid)
     assert set(found) == {member.pid, stray.pid}, (system.BACKEND, found)
+
+
+def test_a_runner_stopped_while_its_worker_lives_takes_what_it_started(
+    start_worker: StartWorker,
+) -> None:
+    """exo's own stop (SIGTERM, then SIGKILL), or Ctrl-C's SIGINT, which reaches the
+    worker's group only: the runner's children must not outlive it."""
+    worker = start_worker(["child", "idle"])
+    victim, sibling = worker.runners
+    os.kill(victim.identity.pid, signal.SIGTERM)
+    exits = scenarios.wait_gone(list(victim.tree), 1.0)
+    assert all(seen is not None for seen in exits.values()), exits
+    assert worker.process.poll() is None
+    assert scenarios.alive(list(sibling.tree)) == list(sibling.tree)
