@@ -71,7 +71,10 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             f"workers with {watch_latency.SLOW_RUNNERS_PER_KIND} runners of each kind, one "
             f"every {watch_latency.SLOW_EVERY_ROUNDS} rounds. `> N (alive)`: that share of "
             "runners was still running at the deadline. Thread-only strategies are listed "
-            "with GIL-held runners to show why the backstops exist.\n",
+            "with GIL-held runners to show why the backstops exist. `(portable)` rows run "
+            "with `EXO_ORPHAN_GUARD_BACKEND=portable`, the psutil-only code macOS runs (no "
+            "pidfd, no PR_SET_PDEATHSIG); the floor row is when the benchmark itself saw the "
+            "worker gone, which no runner can beat.\n",
             watch_latency.render(results),
             "",
         ]
