@@ -171,9 +171,20 @@ def _memory_held(orphans: Sequence[Verdict]) -> str:
 
 
 def _unkillable(facts: NodeFacts) -> Check:
-    if not facts.stuck:
+    unknown = [pid for pid, state in facts.stuck if state == "?"]
+    known = [(pid, state) for pid, state in facts.stuck if state != "?"]
+    if not known and unknown:
+        return Check(
+            "unkillable",
+            "WARN",
+            f"state unknown (`ps` cannot inspect them): {', '.join(map(str, unknown))}",
+            "run `sudo ps -o stat= -p PID`: U means only a reboot frees it",
+        )
+    if not known:
         return Check("unkillable", "OK", "no runner stuck in uninterruptible wait (D/U)")
-    stuck = ", ".join(f"{pid} ({state})" for pid, state in facts.stuck)
+    stuck = ", ".join(f"{pid} ({state})" for pid, state in known)
+    if unknown:
+        stuck += f"; state unknown: {', '.join(map(str, unknown))}"
     return Check(
         "unkillable",
         "FAIL",
