@@ -46,7 +46,7 @@ def machine() -> str:
     return (
         f"{platform.system()} {platform.release()}, {os.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, "
-        f"{len(psutil.pids())} processes running"
+        f"{len(psutil.pids())} processes running, load average {os.getloadavg()[0]:.1f}"
     )
 
 
