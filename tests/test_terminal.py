@@ -25,7 +25,7 @@ import pytest
 from exo_orphan_guard import scenarios, system
 from exo_orphan_guard._common import Pid
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.scenario_worker import RunnerKind, Watch, WorkerSpec
+from exo_orphan_guard.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
 
 SHELL = Path(__file__).parent / "helpers" / "pty_shell.py"
 CTRL_C = b"\x03"
@@ -53,6 +53,19 @@ class Terminal:
     def text(self) -> str:
         with self.lock:
             return self.output.decode(errors="replace")
+
+    def wait_for_report(self, timeout: float) -> WorkerReport:
+        """The worker's JSON line, whole: runners may be writing to the terminal too."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.text().splitlines():
+                start = line.find('{"worker"')
+                if start >= 0:
+                    with contextlib.suppress(ValueError):
+                        report: WorkerReport = json.loads(line[start:])
+                        return report
+            assert time.monotonic() < deadline, f"no worker report in {self.text()!r}"
+            time.sleep(0.01)
 
     def wait_for(self, needle: str, timeout: float) -> str:
         deadline = time.monotonic() + timeout
@@ -94,9 +107,7 @@ def run_job(isolated_environment: Path) -> Iterator[RunJob]:
         os.close(slave)
         terminal = Terminal(master)
         threading.Thread(target=terminal.read_forever, daemon=True).start()
-        text = terminal.wait_for('"runners"', 30.0)
-        line = next(line for line in text.splitlines() if line.startswith('{"worker"'))
-        report = json.loads(line)
+        report = terminal.wait_for_report(30.0)
         worker = identity_of(report["worker"])
         assert worker is not None
         runner_pids = [entry["pid"] for entry in report["runners"]]
