@@ -2,9 +2,9 @@
 
 Every waiter fires when the target exits, not when its parent reaps it. Every waiter
 can wake for the wrong reason (a multiprocessing sentinel closes when the worker
-merely drops its Process object), so the
-dispatcher re-checks the target's identity after each wake-up and only reports a
-death it has confirmed. Callers act on nothing else.
+merely drops its Process object), so the dispatcher re-checks the target's identity
+after each wake-up and only reports a death it has confirmed. Callers act on nothing
+else.
 """
 
 from __future__ import annotations
