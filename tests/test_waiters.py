@@ -43,7 +43,9 @@ def _returns_after_kill(
     return time.monotonic() - killed_at
 
 
-@pytest.mark.skipif(not waiters.can_use_pidfd(), reason="needs pidfd_open (Linux >= 5.3)")
+@pytest.mark.skipif(
+    not waiters.can_use_pidfd(), reason="pidfd: the Linux backend on Linux >= 5.3 only"
+)
 def test_pidfd_waiter_wakes_on_exit_without_reaping(
     sleeper: tuple[subprocess.Popen[bytes], ProcessIdentity],
 ) -> None:
@@ -60,7 +62,7 @@ def test_poll_waiter_wakes_within_its_interval(
 @pytest.mark.parametrize("name", ["pidfd", "poll"])
 def test_a_reused_pid_counts_as_gone_at_once(name: waiters.WaiterName) -> None:
     if name == "pidfd" and not waiters.can_use_pidfd():
-        pytest.skip("needs pidfd_open (Linux >= 5.3)")
+        pytest.skip("pidfd: the Linux backend on Linux >= 5.3 only")
     me = current_identity()
     impostor = ProcessIdentity(me.pid, me.started - 1.0)  # our pid, someone else's start
     done = threading.Event()
