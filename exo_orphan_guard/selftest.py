@@ -118,7 +118,8 @@ def _run_one(strategy: settings.Strategy | None, registry: Path) -> StrategyResu
 
 def render(results: Sequence[StrategyResult]) -> str:
     header = f"exo-orphan-guard selftest: {platform.system()} {platform.release()}, "
-    header += f"Python {platform.python_version()}; deadline {DEADLINE_SECONDS:g} s per runner"
+    header += f"Python {platform.python_version()}, {system.BACKEND} backend; "
+    header += f"deadline {DEADLINE_SECONDS:g} s per runner"
     lines = [
         header,
         "",
