@@ -61,8 +61,9 @@ class Terminal:
             for line in self.text().splitlines():
                 start = line.find('{"worker"')
                 if start >= 0:
+                    # The worker's newline may come after a runner's line.
                     with contextlib.suppress(ValueError):
-                        report: WorkerReport = json.loads(line[start:])
+                        report: WorkerReport = json.JSONDecoder().raw_decode(line[start:])[0]
                         return report
             assert time.monotonic() < deadline, f"no worker report in {self.text()!r}"
             time.sleep(0.01)
