@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 BIN313 := $(VENV313)/bin
 PYTEST_ARGS ?=
 
-.PHONY: all setup test lint typecheck pytest pytest-3.13 demo bench test-exo dist clean
+.PHONY: all setup test lint typecheck pytest pytest-portable pytest-3.13 demo bench test-exo dist clean
 
 all: test
 
@@ -35,6 +35,11 @@ typecheck: $(BIN)/.bench-installed
 pytest: $(BIN)/.installed
 	$(BIN)/pytest $(PYTEST_ARGS)
 
+# The whole suite again on the backend macOS runs (psutil and the standard library
+# only: no /proc, pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
+pytest-portable: $(BIN)/.installed
+	EXO_ORPHAN_GUARD_BACKEND=portable $(BIN)/pytest $(PYTEST_ARGS)
+
 # exo runs on Python 3.13 only: the whole suite runs there too, where it exists.
 pytest-3.13:
 	@if [ -x "$(PYTHON313)" ]; then \
@@ -43,7 +48,7 @@ pytest-3.13:
 		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; \
 	fi
 
-test: lint typecheck pytest pytest-3.13
+test: lint typecheck pytest pytest-portable pytest-3.13
 
 demo: $(BIN)/.installed
 	$(BIN)/python -m exo_orphan_guard.demo

@@ -48,7 +48,7 @@ def machine() -> str:
     return (
         f"{platform.system()} {platform.release()}, {os.cpu_count()} cores, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}, "
-        f"{len(psutil.pids())} processes running"
+        f"{len(psutil.pids())} processes running, load average {os.getloadavg()[0]:.1f}"
     )
 
 
@@ -81,7 +81,10 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             f"workers with {watch_latency.SLOW_RUNNERS_PER_KIND} runners of each kind, one "
             f"every {watch_latency.SLOW_EVERY_ROUNDS} rounds. `> N (alive)`: that share of "
             "runners was still running at the deadline. Thread-only strategies are listed "
-            "with GIL-held runners to show why the backstops exist. "
+            "with GIL-held runners to show why the backstops exist. `(portable)` rows run "
+            "with `EXO_ORPHAN_GUARD_BACKEND=portable`, the psutil-only code macOS runs (no "
+            "pidfd, no PR_SET_PDEATHSIG); the floor row is when the benchmark itself saw the "
+            "worker gone, which no runner can beat. "
             f"Rounds run again because a worker did not start: {results.restarts}.\n",
             watch_latency.render(results),
             "",

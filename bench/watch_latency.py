@@ -4,7 +4,9 @@ Each round starts one worker per strategy (an idle runner and one holding the GI
 native code), then kills the workers one at a time in random order. Every strategy
 therefore runs under the same load, in the same run. exo PR 2205's 5 s getppid()
 poll and no guard at all are measured alongside, on workers with ten runners of each
-kind (their five-second waits would otherwise take hours).
+kind (their five-second waits would otherwise take hours). The strategies of the
+portable backend (what macOS runs) are measured beside the default ones, and a floor
+row shows how late the benchmark itself sees the worker's exit.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from exo_orphan_guard import scenarios, selftest, settings
-from exo_orphan_guard.identity import ProcessIdentity
+from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.scenario_worker import PR2205_POLL_SECONDS, RunnerKind, Watch
 
 from .stats import Samples
@@ -32,6 +34,9 @@ SLOW_RUNNERS_PER_KIND = 10
 SLOW_EVERY_ROUNDS = 10
 MAX_RESTARTS = 10
 SAMPLES_SCHEMA = "exo-orphan-guard/bench-watch-samples/1"
+PORTABLE_STRATEGIES: tuple[settings.Strategy, ...] = ("auto", "watchdog", "sentinel", "poll")
+PORTABLE_SUFFIX = " (portable)"
+FLOOR = "floor: the worker's own exit, as the benchmark sees it"
 
 
 @dataclass
@@ -54,7 +59,10 @@ class LatencyResults:
 
 
 def run(rounds: int, registry: Path) -> LatencyResults:
-    strategies = selftest.strategies_here()
+    strategies = [
+        *selftest.strategies_here(),
+        *(f"{strategy}{PORTABLE_SUFFIX}" for strategy in PORTABLE_STRATEGIES),
+    ]
     results = LatencyResults(rounds)
     slow_threads: list[threading.Thread] = []
     lock = threading.Lock()
@@ -73,19 +81,22 @@ def run(rounds: int, registry: Path) -> LatencyResults:
 
 
 def _fast_round(
-    strategies: Sequence[settings.Strategy],
+    strategies: Sequence[str],
     results: LatencyResults,
     lock: threading.Lock,
     registry: Path,
 ) -> bool:
-    workers = _start_all(
-        [
-            functools.partial(
-                scenarios.start_worker, ["idle", "gil"], strategy=strategy, registry=registry
-            )
-            for strategy in strategies
-        ]
-    )
+    def starter(name: str) -> Callable[[], scenarios.StartedWorker]:
+        strategy, backend = _variant(name)
+        return functools.partial(
+            scenarios.start_worker,
+            ["idle", "gil"],
+            strategy=strategy,
+            registry=registry,
+            extra_env={settings.BACKEND_ENV: backend},
+        )
+
+    workers = _start_all([starter(name) for name in strategies])
     if workers is None:
         return False
     order = list(zip(strategies, workers, strict=True))
@@ -129,22 +140,38 @@ def _restarted(results: LatencyResults, lock: threading.Lock) -> None:
             raise RuntimeError(f"more than {MAX_RESTARTS} rounds had a worker fail to start")
 
 
+def _variant(name: str) -> tuple[settings.Strategy, str]:
+    """Strategy and EXO_ORPHAN_GUARD_BACKEND value of a row."""
+    backend = "portable" if name.endswith(PORTABLE_SUFFIX) else "auto"
+    for strategy in settings.STRATEGIES:
+        if strategy == name.removesuffix(PORTABLE_SUFFIX):
+            return strategy, backend
+    raise ValueError(f"no strategy in row name {name!r}")
+
+
 def _measure(
-    strategy: settings.Strategy,
+    name: str,
     worker: scenarios.StartedWorker,
     results: LatencyResults,
     lock: threading.Lock,
 ) -> None:
-    covered = selftest.MECHANISM_COVERS[strategy]
+    covered = selftest.MECHANISM_COVERS[_variant(name)[0]]
     expected = [runner for runner in worker.runners if runner.kind in covered]
+    itself = identity_of(worker.pid)
     killed_at = scenarios.kill_worker(worker, settle=False)
-    exits = scenarios.wait_gone([runner.identity for runner in expected], FAST_DEADLINE_SECONDS)
+    watched = [runner.identity for runner in expected] + ([itself] if itself else [])
+    exits = scenarios.wait_gone(watched, FAST_DEADLINE_SECONDS)
+    if itself is not None and (seen := exits.pop(itself)) is not None:
+        with lock:
+            results.cell(FLOOR, "idle", FAST_DEADLINE_SECONDS).samples.add(
+                (seen - killed_at) * 1000
+            )
     # Runners this mechanism cannot reach are checked once the deadline has passed.
     remaining = FAST_DEADLINE_SECONDS - (time.monotonic() - killed_at)
     uncovered = [runner.identity for runner in worker.runners if runner.kind not in covered]
     if uncovered:
         exits |= scenarios.wait_gone(uncovered, max(0.0, remaining))
-    _record(strategy, worker, exits, killed_at, results, lock, FAST_DEADLINE_SECONDS)
+    _record(name, worker, exits, killed_at, results, lock, FAST_DEADLINE_SECONDS)
 
 
 def _slow_round(results: LatencyResults, lock: threading.Lock, registry: Path) -> None:
@@ -203,6 +230,7 @@ def render(results: LatencyResults) -> str:
     for name, kinds in results.cells.items():
         for kind, cell in kinds.items():
             label = "idle" if kind == "idle" else "GIL held in native code"
+            label = "-" if name == FLOOR else label
             samples = cell.samples
             lines.append(
                 f"| {name} | {label} | {samples.count} | {samples.exited} | "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NewType, final
+from typing import Literal, NewType, final
 
 Pid = NewType("Pid", int)
 
@@ -13,10 +13,23 @@ Pid = NewType("Pid", int)
 class ProcessStart:
     """When a process started, as a stamp that stays equal for its whole life.
 
-    Linux: seconds since boot (kernel start ticks / CLK_TCK), immune to wall-clock
-    steps, unlike psutil's `create_time()`. Elsewhere: psutil's `create_time()`, which
-    the kernel stores once at fork. `exited` is true for zombies: dead but unreaped.
+    Linux (either backend): seconds since boot (kernel start ticks / CLK_TCK). macOS:
+    `kp_proc.p_starttime`, stored once at fork. Neither moves with the clock, unlike
+    psutil's `create_time()`. `exited` is true for zombies: dead but unreaped.
     """
 
     started: float
     exited: bool
+
+
+MemoryKind = Literal["footprint", "rss"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class MemoryUsage:
+    """What a process holds, labelled: on macOS its physical footprint (Metal buffers
+    included, what Activity Monitor shows), elsewhere its resident set size."""
+
+    kind: MemoryKind
+    bytes: int

@@ -20,7 +20,7 @@ _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _EXITED_STATES: Final = frozenset({"Z", "X", "x"})
 
-PIPES_VISIBLE: Final = True
+PIPES_VISIBLE = True
 """`pipe_inodes` answers for processes of this user."""
 
 

@@ -5,16 +5,19 @@ Same function names as `_linux`; `system` picks one module per platform.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Collection, Iterator
+import sys
+from collections.abc import Callable, Collection, Iterator
 from functools import cache
-from typing import Final
+from typing import cast
 
 import psutil
 
-from ._common import Pid, ProcessStart
+from ._common import MemoryUsage, Pid, ProcessStart
+from ._logging import warn_once
 
-PIPES_VISIBLE: Final = False
+PIPES_VISIBLE = False
 
 
 def read_start(pid: int) -> ProcessStart | None:
@@ -26,11 +29,36 @@ def read_start(pid: int) -> ProcessStart | None:
     try:
         process = psutil.Process(pid)
         with process.oneshot():
-            return ProcessStart(process.create_time(), process.status() == psutil.STATUS_ZOMBIE)
+            return ProcessStart(raw_start(process), process.status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return None
     except psutil.AccessDenied as error:
         raise PermissionError(f"cannot read process {pid}") from error
+
+
+def raw_start(process: psutil.Process) -> float:
+    """The start the kernel stored at fork, which no clock step or boot-time re-read moves.
+
+    `create_time()` adds a freshly read boot time on Linux and, on macOS (psutil >= 7.1),
+    the change in `kern.boottime` since *this* process imported psutil: two processes
+    can then disagree about one pid by a second. psutil's own process identity uses the
+    raw value (`_proc.create_time(monotonic=True)`, psutil >= 7.1 on Linux, macOS and
+    NetBSD): seconds since boot on Linux, `kp_proc.p_starttime` on macOS.
+    """
+    raw = cast(
+        "Callable[..., float] | None",
+        getattr(process._proc, "create_time", None),  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType, reportUnknownArgumentType, reportAttributeAccessIssue]
+    )
+    if raw is not None:
+        try:
+            return float(raw(monotonic=True))
+        except TypeError:
+            pass
+    warn_once(
+        f"orphan guard: psutil {psutil.__version__} has no raw process start here: "
+        "identities follow the wall clock"
+    )
+    return process.create_time()
 
 
 def parent_pid(pid: int) -> int | None:
@@ -45,7 +73,15 @@ def parent_pid(pid: int) -> int | None:
 
 @cache
 def boot_id() -> str:
-    # No boot id outside Linux; boot time identifies the boot as well.
+    """The kernel's id of this boot, never derived from a clock.
+
+    On Linux the portable backend reads the kernel's boot id file (the counterpart of
+    macOS's `kern.bootsessionuuid`; psutil offers no boot id). Elsewhere (the BSDs)
+    only the boot time is left.
+    """
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as file:
+            return file.read().strip()
     return f"boot-{psutil.boot_time():.0f}"
 
 
@@ -68,6 +104,37 @@ def child_pids(pid: int) -> list[Pid]:
         return [Pid(child.pid) for child in psutil.Process(pid).children()]
     except psutil.Error:
         return []
+
+
+def descendant_pids(pid: int) -> list[Pid]:
+    """The whole tree from one ppid map: on macOS each `children()` call scans every pid."""
+    try:
+        return [Pid(child.pid) for child in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def close_files_from(lowest: int, fd_dir: str = "/dev/fd") -> None:
+    """Close the open fds >= `lowest`, listed from `fd_dir`: a few close() calls instead
+    of `closerange`'s one per possible number (65,535 at exo's soft limit on macOS)."""
+    try:
+        # The listing's own fd is closed again by the time the list is returned.
+        open_fds = [int(name) for name in os.listdir(fd_dir) if name.isdigit()]
+    except OSError:
+        os.closerange(lowest, 1 << 16)
+        return
+    for fd in open_fds:
+        if fd >= lowest:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def memory_usage(pid: int) -> MemoryUsage | None:
+    """Resident set size: what the OS charges a process for outside macOS."""
+    try:
+        return MemoryUsage("rss", psutil.Process(pid).memory_info().rss)
+    except psutil.Error:
+        return None
 
 
 def stuck_state(pid: int) -> str | None:

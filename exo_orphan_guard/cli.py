@@ -161,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=settings.STRATEGIES,
         help="only this strategy (repeatable); default: every one this OS offers",
     )
+    test.add_argument("--json", action="store_true", help="one JSON object, for a bug report")
     return parser
 
 
@@ -338,6 +339,10 @@ def _selftest(arguments: argparse.Namespace) -> int:
     unusable = [name for name in chosen or () if name not in selftest.strategies_here()]
     if unusable:
         raise UsageError(f"--strategy {unusable[0]} is not usable on this machine")
+    if arguments.json:
+        results = selftest.run_selftest(chosen)
+        print(selftest.to_json(results))
+        return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
     results = selftest.run_selftest(
         chosen, progress=lambda result: print(selftest.render_row(result), flush=True)
     )

@@ -143,19 +143,48 @@ def _orphans(facts: NodeFacts) -> Check:
     if not orphans:
         return Check("orphans", "OK", "no leftover runners of dead workers")
     pids = ", ".join(str(verdict.pid) for verdict in orphans)
-    memory = sum(verdict.process.rss or 0 for verdict in orphans if verdict.process is not None)
     return Check(
         "orphans",
         "FAIL",
-        f"{len(orphans)} leftover runner(s) ({pids}) holding {memory / 2**30:.1f} GiB",
+        f"{len(orphans)} leftover runner(s) ({pids}) holding {_memory_held(orphans)}",
         "exo-orphan-guard sweep",
     )
 
 
+def _memory_held(orphans: Sequence[Verdict]) -> str:
+    """Summed and labelled: macOS footprints (Metal included) or RSS."""
+    kinds: set[str] = set()
+    total = 0
+    for verdict in orphans:
+        process = verdict.process
+        if process is None:
+            continue
+        if process.memory is not None:
+            kinds.add(process.memory.kind)
+            total += process.memory.bytes
+        elif process.rss is not None:
+            kinds.add("rss")
+            total += process.rss
+    label = {"footprint": "physical footprint", "rss": "RSS"}
+    described = " + ".join(label.get(kind, kind) for kind in sorted(kinds)) or "memory"
+    return f"{total / 2**30:.1f} GiB ({described})"
+
+
 def _unkillable(facts: NodeFacts) -> Check:
-    if not facts.stuck:
+    unknown = [pid for pid, state in facts.stuck if state == "?"]
+    known = [(pid, state) for pid, state in facts.stuck if state != "?"]
+    if not known and unknown:
+        return Check(
+            "unkillable",
+            "WARN",
+            f"state unknown (`ps` cannot inspect them): {', '.join(map(str, unknown))}",
+            "run `sudo ps -o stat= -p PID`: U means only a reboot frees it",
+        )
+    if not known:
         return Check("unkillable", "OK", "no runner stuck in uninterruptible wait (D/U)")
-    stuck = ", ".join(f"{pid} ({state})" for pid, state in facts.stuck)
+    stuck = ", ".join(f"{pid} ({state})" for pid, state in known)
+    if unknown:
+        stuck += f"; state unknown: {', '.join(map(str, unknown))}"
     return Check(
         "unkillable",
         "FAIL",
@@ -209,7 +238,10 @@ def _queue_pairs(facts: NodeFacts) -> Check:
 
 def render(checks: Sequence[Check]) -> str:
     system_name = f"{platform.system()} {platform.release()}"
-    header = f"exo-orphan-guard doctor: {platform.node()} ({system_name}, uid {os.geteuid()})"
+    header = (
+        f"exo-orphan-guard doctor: {platform.node()} "
+        f"({system_name}, uid {os.geteuid()}, {system.BACKEND} backend)"
+    )
     lines = [header]
     for check in checks:
         line = f"{check.status:<5} {check.name:<12} {check.detail}"
@@ -223,6 +255,7 @@ def to_json(checks: Sequence[Check]) -> str:
     return json.dumps(
         {
             "schema": "exo-orphan-guard/doctor/1",
+            "backend": system.BACKEND,
             "checks": [
                 {"name": c.name, "status": c.status, "detail": c.detail, "next": c.next_step}
                 for c in checks

@@ -19,7 +19,7 @@ from typing import Final, Literal, TypeVar, final
 import psutil
 
 from . import system
-from ._common import Pid
+from ._common import MemoryUsage, Pid
 from .exo_detect import ExoExecutables
 from .identity import ProcessIdentity, current_identity
 from .settings import RUNNER_ENV
@@ -71,6 +71,8 @@ class ProcessInfo:
     """EXO_ORPHAN_GUARD_RUNNER from its environment: the guarded runner it descends from
     (read for members of dead runners' groups only)."""
     marker_readable: bool = False
+    memory: MemoryUsage | None = None
+    """Physical footprint on macOS (RSS hides Metal memory there), RSS elsewhere."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -228,6 +230,7 @@ def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
         return "gone"
     except (psutil.Error, OSError):  # OSError too: psutil 7.2.1 on macOS (#2708)
         return "unreadable"
+    memory = system.memory_usage(pid)
     return ProcessInfo(
         pid=Pid(pid),
         ppid=ppid,
@@ -240,6 +243,7 @@ def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
         create_time=create_time,
         runs_exo=False,
         pgid=pgid,
+        memory=memory,
     )
 
 

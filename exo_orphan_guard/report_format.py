@@ -7,6 +7,7 @@ import shlex
 import time
 from typing import Final
 
+from ._common import MemoryUsage
 from .killing import KillResult
 from .process_table import ProcessInfo
 from .sweeping import SweepReport
@@ -51,14 +52,14 @@ def to_table(report: SweepReport, *, show_spared: bool = False) -> str:
     targets = report.targets
     if targets:
         lines.append(
-            f"{'PID':>7} {'PPID':>7} {'AGE':>8} {'RSS':>9} {'STATE':<9} {'RULE':<16} "
+            f"{'PID':>7} {'PPID':>7} {'AGE':>8} {'MEMORY':>17} {'STATE':<9} {'RULE':<16} "
             "LABELS / COMMAND"
         )
         for verdict in targets:
             process = verdict.process
             lines.append(
                 f"{verdict.pid:>7} {_text(process and process.ppid):>7} "
-                f"{_age(process, now):>8} {_size(process and process.rss):>9} "
+                f"{_age(process, now):>8} {_memory(process):>17} "
                 f"{_text(process and process.status):<9} {verdict.rule or '':<16} "
                 f"{_who(verdict)}"
             )
@@ -101,6 +102,7 @@ def _suspect(verdict: Verdict, now: float, report: SweepReport) -> dict[str, obj
         "uid": None if process is None else process.uid,
         "age_s": None if process is None else round(process.age_seconds(now), 1),
         "rss_bytes": None if process is None else process.rss,
+        "memory": None if process is None else memory_json(process.memory),
         "state": None if process is None else process.status,
         "rule": verdict.rule,
         "reason": verdict.reason,
@@ -148,6 +150,20 @@ def _age(process: ProcessInfo | None, now: float) -> str:
     minutes, _ = divmod(seconds, 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
+
+
+def memory_json(memory: MemoryUsage | None) -> dict[str, object] | None:
+    """`kind` says what `bytes` is: "footprint" (macOS) or "rss"."""
+    return None if memory is None else {"kind": memory.kind, "bytes": memory.bytes}
+
+
+def _memory(process: ProcessInfo | None) -> str:
+    """Labelled: a footprint (what Activity Monitor shows) is not an RSS."""
+    if process is None:
+        return "-"
+    if process.memory is not None:
+        return f"{_size(process.memory.bytes)} {process.memory.kind}"
+    return "-" if process.rss is None else f"{_size(process.rss)} rss"
 
 
 def _size(size: int | None) -> str:

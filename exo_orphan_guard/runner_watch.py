@@ -10,7 +10,6 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -223,7 +222,7 @@ def _recorded_worker() -> ProcessIdentity | None:
 
 
 def _parent_death_signal_safety(worker: ProcessIdentity, me: ProcessIdentity) -> ParentDeathSignal:
-    if sys.platform != "linux":
+    if system.BACKEND != "linux":
         return "unsupported"
     if os.getppid() != worker.pid:
         return "not-worker-child"
@@ -248,7 +247,24 @@ def _lead_own_process_group() -> int | None:
             "descendants that leave the runner's tree may survive it"
         )
         return None
+    _keep_writing_to_the_terminal()
     return os.getpid()
+
+
+def _keep_writing_to_the_terminal() -> None:
+    """Out of the worker's group, the runner is a background job of its terminal: under
+    `stty tostop` its first write there would stop it with SIGTTOU, for good once its
+    worker is gone. With SIGTTOU ignored the write goes through, as it did in the
+    worker's (foreground) group. Nothing changes for a runner without a terminal."""
+    if not any(os.isatty(fd) for fd in (1, 2)):
+        return
+    if threading.current_thread() is not threading.main_thread():
+        logger.warning(
+            "orphan guard: guard_runner() not called from the main thread: "
+            "under `stty tostop` this runner stops at its first write to the terminal"
+        )
+        return
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 
 
 def _record_runner(

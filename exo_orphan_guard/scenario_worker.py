@@ -23,10 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Literal, TypedDict, cast
 
-RunnerKind = Literal["idle", "gil", "child", "late", "deaf"]
+RunnerKind = Literal["idle", "gil", "child", "late", "deaf", "talk"]
 """idle: sleeps in Python. gil: holds the GIL in native code. child: has a child of
 its own. late: guarded only after its worker died. deaf: ignores SIGTERM and holds
-the GIL, as a runner stuck in MLX init would."""
+the GIL, as a runner stuck in MLX init would. talk: writes a line to its inherited
+stdout every 50 ms, as v1.0.71's runners log to the worker's terminal."""
 Watch = Literal["guard", "pr2205", "none"]
 SpawnFrom = Literal["main", "thread"]
 
@@ -71,6 +72,9 @@ def runner_main(
     if kind in ("gil", "deaf"):
         # Holds the GIL for the whole sleep, like mx.distributed.init() does.
         ctypes.PyDLL(None).sleep(3600)
+    while kind == "talk":
+        print(f"runner {os.getpid()} tick {time.monotonic():.3f}", flush=True)
+        time.sleep(0.05)
     while True:
         time.sleep(3600)
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -125,8 +126,9 @@ def start_worker(
     return StartedWorker(process=process, runners=started, go_file=go_file)
 
 
-def kill_worker(worker: StartedWorker, *, settle: bool = True) -> float:
-    """SIGKILL the worker's pid alone (never its group: runners share it) and reap it.
+def kill_worker(worker: StartedWorker, *, settle: bool = True, reap_after: float = 0.0) -> float:
+    """SIGKILL the worker's pid alone (never its group: runners share it) and reap it,
+    at once or, like a busy parent, `reap_after` seconds later (in a thread).
 
     Returns the monotonic time just before the kill. `late` runners are let go after.
     A `gil` runner is given time to be inside its GIL-holding call first.
@@ -135,7 +137,12 @@ def kill_worker(worker: StartedWorker, *, settle: bool = True) -> float:
         time.sleep(GIL_SETTLE_SECONDS)
     killed_at = time.monotonic()
     os.kill(worker.pid, signal.SIGKILL)
-    worker.process.wait()
+    if reap_after > 0:
+        reaper = threading.Timer(reap_after, worker.process.wait)
+        reaper.daemon = True
+        reaper.start()
+    else:
+        worker.process.wait()
     worker.killed_at = killed_at
     worker.go_file.touch()
     return killed_at

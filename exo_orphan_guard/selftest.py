@@ -8,15 +8,16 @@ round with the guard off must leave orphans, or the test proves nothing here.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import platform
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
-from . import scenarios, settings
+from . import scenarios, settings, system
 from .scenario_worker import RunnerKind, Watch
 from .waiters import can_use_kqueue, can_use_pidfd
 
@@ -65,7 +66,7 @@ class StrategyResult:
 
 def strategies_here() -> tuple[settings.Strategy, ...]:
     available: list[settings.Strategy] = ["auto", "watchdog"]
-    if sys.platform == "linux":
+    if system.BACKEND == "linux":
         available.append("pdeathsig")
     if can_use_pidfd():
         available.append("pidfd")
@@ -117,7 +118,8 @@ def _run_one(strategy: settings.Strategy | None, registry: Path) -> StrategyResu
 
 def render(results: Sequence[StrategyResult]) -> str:
     header = f"exo-orphan-guard selftest: {platform.system()} {platform.release()}, "
-    header += f"Python {platform.python_version()}; deadline {DEADLINE_SECONDS:g} s per runner"
+    header += f"Python {platform.python_version()}, {system.BACKEND} backend; "
+    header += f"deadline {DEADLINE_SECONDS:g} s per runner"
     lines = [
         header,
         "",
@@ -147,3 +149,48 @@ def render_row(result: StrategyResult) -> str:
             text = "alive" + ("" if kind.covered else " (ok)")
         cells.append(f"{text:<14}")
     return f"{name:<10} " + " ".join(cells) + ("PASS" if result.passed else "FAIL")
+
+
+def to_json(results: Sequence[StrategyResult]) -> str:
+    """One object for a bug report: this machine, the backend, every row's verdict."""
+    document = {
+        "schema": "exo-orphan-guard/selftest/1",
+        "passed": all(result.passed for result in results),
+        "os": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "version": platform.version(),
+            "machine": platform.machine(),
+        },
+        "python": platform.python_version(),
+        "versions": {name: _version(name) for name in ("exo-orphan-guard", "psutil")},
+        "backend": system.BACKEND,
+        "deadline_s": DEADLINE_SECONDS,
+        "strategies": [
+            {
+                "strategy": result.strategy or "guard off",
+                "passed": result.passed,
+                "error": result.error,
+                "runners": [
+                    {
+                        "kind": kind.kind,
+                        "covered": kind.covered,
+                        "latency_ms": None
+                        if kind.latency_ms is None
+                        else round(kind.latency_ms, 2),
+                        "passed": kind.passed,
+                    }
+                    for kind in result.kinds
+                ],
+            }
+            for result in results
+        ],
+    }
+    return json.dumps(document, indent=2)
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None

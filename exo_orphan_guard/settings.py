@@ -20,9 +20,12 @@ WORKER_ENV: Final = "EXO_ORPHAN_GUARD_WORKER"
 RUNNER_ENV: Final = "EXO_ORPHAN_GUARD_RUNNER"
 """Set by `guard_runner()` in the runner and inherited by everything it starts: on
 Linux, the proof that a process in a dead runner's group was started by that runner."""
+BACKEND_ENV: Final = "EXO_ORPHAN_GUARD_BACKEND"
+"""`portable` forces the psutil-and-stdlib backend macOS runs, on any OS."""
 
 Strategy = Literal["auto", "pidfd", "kqueue", "sentinel", "poll", "pdeathsig", "watchdog"]
 STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
+BackendChoice = Literal["auto", "portable"]
 
 _ON: Final = frozenset({"1", "true", "yes", "on"})
 _OFF: Final = frozenset({"", "0", "false", "no", "off"})
@@ -65,6 +68,15 @@ def parse_strategy(raw: str | None) -> Parsed[Strategy]:
         "auto",
         f"{STRATEGY_ENV}={raw!r} is not one of {', '.join(STRATEGIES)}: using auto",
     )
+
+
+def parse_backend(raw: str | None) -> Parsed[BackendChoice]:
+    word = (raw or "").strip().lower()
+    if word in ("", "auto"):
+        return Parsed("auto")
+    if word == "portable":
+        return Parsed("portable")
+    return Parsed("auto", f"{BACKEND_ENV}={raw!r} is not one of auto, portable: using auto")
 
 
 def parse_grace(raw: str | None) -> Parsed[float]:

@@ -1,9 +1,10 @@
 """Ways to block until another process has exited: one function each, one dispatcher.
 
-Every waiter can wake for the wrong reason (a multiprocessing sentinel closes when the
-worker merely drops its Process object; psutil falls back to polling), so the
-dispatcher re-checks the target's identity after each wake-up and only reports a
-death it has confirmed. Callers act on nothing else.
+Every waiter fires when the target exits, not when its parent reaps it. Every waiter
+can wake for the wrong reason (a multiprocessing sentinel closes when the worker
+merely drops its Process object), so the dispatcher re-checks the target's identity
+after each wake-up and only reports a death it has confirmed. Callers act on nothing
+else.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import os
 import select
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, Protocol, get_args
 
-import psutil
 from loguru import logger
 
+from . import system
 from .identity import ProcessIdentity, liveness
 
 WaiterName = Literal["pidfd", "kqueue", "sentinel", "poll"]
@@ -55,20 +56,60 @@ def wait_pidfd(target: ProcessIdentity) -> None:
         os.close(pidfd)
 
 
-def wait_kqueue(target: ProcessIdentity) -> None:
-    """macOS/BSD: psutil's `Process.wait()`, which waits on kqueue EVFILT_PROC/NOTE_EXIT.
+class KernelQueue(Protocol):
+    """The part of `select.kqueue` used here (tests inject one backed by a pidfd)."""
 
-    psutil >= 7.2.2 runs this path in its own macOS CI; we only wrap it. For a process
-    that is not our child it returns once the pid is gone, i.e. once the dead worker
-    has been reaped by its own parent.
+    def control(
+        self, changelist: Iterable[object] | None, maxevents: int, timeout: float | None = None, /
+    ) -> list[object]: ...
+
+    def close(self) -> None: ...
+
+
+def _exit_event(pid: int) -> object:
+    kernel: Any = select  # kqueue names exist only on macOS and the BSDs
+    return kernel.kevent(
+        pid,
+        filter=kernel.KQ_FILTER_PROC,
+        flags=kernel.KQ_EV_ADD | kernel.KQ_EV_ONESHOT,
+        fflags=kernel.KQ_NOTE_EXIT,
+    )
+
+
+def _open_kqueue() -> KernelQueue:
+    kernel: Any = select
+    queue: KernelQueue = kernel.kqueue()
+    return queue
+
+
+def wait_kqueue(
+    target: ProcessIdentity,
+    open_queue: Callable[[], KernelQueue] = _open_kqueue,
+    exit_event: Callable[[int], object] = _exit_event,
+) -> None:
+    """macOS/BSD: kqueue EVFILT_PROC + NOTE_EXIT fires when the process exits.
+
+    Not psutil's `Process.wait()`: for a process that is not our child that returns only
+    once the pid is gone, i.e. when the dead worker's own parent gets round to reaping it.
     """
     try:
-        process = psutil.Process(target.pid)
-    except psutil.NoSuchProcess:
-        return
-    if liveness(target) == "gone":
-        return
-    process.wait()
+        queue = open_queue()
+    except OSError as error:
+        raise WaiterUnavailableError(f"kqueue: {error}") from error
+    try:
+        try:
+            queue.control([exit_event(target.pid)], 0)
+        except ProcessLookupError:
+            return  # already exited: a zombie cannot be watched any more
+        except OSError as error:
+            raise WaiterUnavailableError(f"kevent: {error}") from error
+        # The pid may have been reused between recording the target and registering.
+        if liveness(target) == "gone":
+            return
+        while not queue.control(None, 1):
+            pass
+    finally:
+        queue.close()
 
 
 def wait_sentinel(target: ProcessIdentity) -> None:
@@ -86,7 +127,7 @@ def wait_poll(target: ProcessIdentity) -> None:
 
 @cache
 def can_use_pidfd() -> bool:
-    if not hasattr(os, "pidfd_open"):
+    if system.BACKEND != "linux" or not hasattr(os, "pidfd_open"):
         return False
     try:
         os.close(os.pidfd_open(os.getpid()))

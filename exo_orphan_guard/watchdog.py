@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import resource
 import threading
 import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
+from . import system
 from ._common import Pid
 from .identity import ProcessIdentity
 from .tree_kill import kill_runner_tree
@@ -86,15 +86,16 @@ def _exit_with_runner(
     record_path: str | None,
 ) -> None:
     wait_for_exit(runner, chain)
-    if confirmed_gone(worker):
-        # PR_SET_PDEATHSIG took the runner as its worker died, and woke this thread
-        # before the main one: the runner's group must still go.
-        kill_runner_tree(runner, group)
-    elif record_path is not None:
+    if not confirmed_gone(worker) and record_path is not None:
         # The runner died while its worker lives (exo stopped or killed it): its
         # record is stale.
         with contextlib.suppress(OSError):
             os.unlink(record_path)
+    # Whatever took the runner (its worker's death and PR_SET_PDEATHSIG, exo's own
+    # stop, Ctrl-C's SIGINT reaching only the worker's group), what it started dies
+    # with it, as it would have by the terminal's signal before the runner left the
+    # worker's group. The group kill ends this process too.
+    kill_runner_tree(runner, group)
     os._exit(0)
 
 
@@ -103,6 +104,4 @@ def _detach_inherited_files() -> None:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    upper = soft_limit if soft_limit != resource.RLIM_INFINITY else 65536
-    os.closerange(3, min(upper, 1 << 20))
+    system.close_inherited_files(3)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
+from typing import Any, final
+
 import pytest
 
 from exo_orphan_guard import _darwin
+from exo_orphan_guard._common import MemoryUsage
 
 
 @pytest.mark.parametrize(
@@ -24,3 +29,84 @@ def test_stuck_state_asks_ps_for_the_pid() -> None:
 
     assert _darwin.stuck_state(4242, run_ps=fake_ps) == "U"
     assert asked == [4242]
+
+
+@final
+class FakeLibc:
+    """sysctlbyname(3) and proc_pid_rusage(2) as macOS answers them."""
+
+    def __init__(self, sysctls: dict[bytes, bytes], footprints: dict[int, int]) -> None:
+        self.sysctls = sysctls
+        self.footprints = footprints
+        self.calls: list[tuple[object, ...]] = []
+
+    def sysctlbyname(
+        self,
+        name: bytes,
+        old: ctypes.Array[ctypes.c_char] | None,
+        old_size: object,
+        new: None,
+        new_size: int,
+        /,
+    ) -> int:
+        self.calls.append((name, old is None, new, new_size))
+        size: Any = old_size
+        value = self.sysctls.get(name)
+        if value is None:
+            return -1
+        data = value + b"\0"
+        if old is not None:
+            if size.contents.value < len(data):
+                return -1  # ENOMEM
+            ctypes.memmove(old, data, len(data))
+        size.contents.value = len(data)
+        return 0
+
+    def proc_pid_rusage(self, pid: int, flavor: int, buffer: object, /) -> int:
+        self.calls.append((pid, flavor))
+        if pid not in self.footprints:
+            return -1
+        info: Any = buffer
+        info.contents.ri_resident_size = 1
+        info.contents.ri_phys_footprint = self.footprints[pid]
+        return 0
+
+
+UUID = b"6F9619FF-8B86-D011-B42D-00C04FC964FF"
+
+
+def test_boot_session_reads_kern_bootsessionuuid() -> None:
+    libc = FakeLibc({b"kern.bootsessionuuid": UUID}, {})
+    assert _darwin.boot_session(libc) == UUID.decode()
+    # Asked for the size first, then for the value.
+    assert [call[:2] for call in libc.calls] == [
+        (b"kern.bootsessionuuid", True),
+        (b"kern.bootsessionuuid", False),
+    ]
+
+
+def test_boot_session_is_none_when_sysctl_fails() -> None:
+    assert _darwin.boot_session(FakeLibc({}, {})) is None
+    assert _darwin.sysctl_string("kern.empty", FakeLibc({b"kern.empty": b""}, {})) is None
+
+
+def test_rusage_layout_puts_the_footprint_where_xnu_does() -> None:
+    # struct rusage_info_v0: 16-byte uuid, then uint64 fields; footprint is the 8th.
+    assert _darwin.RusageInfoV0.ri_phys_footprint.offset == 16 + 7 * 8
+    assert ctypes.sizeof(_darwin.RusageInfoV0) == 16 + 10 * 8
+
+
+def test_memory_is_the_physical_footprint_on_macos() -> None:
+    libc = FakeLibc({}, {4242: 313 * 2**30})
+    assert _darwin.memory_usage(4242, libc) == MemoryUsage("footprint", 313 * 2**30)
+    assert libc.calls == [(4242, 0)]  # RUSAGE_INFO_V0
+
+
+def test_memory_falls_back_to_rss_labelled_as_such() -> None:
+    me = os.getpid()
+    usage = _darwin.memory_usage(me, FakeLibc({}, {}))
+    assert usage is not None and usage.kind == "rss" and usage.bytes > 0
+
+
+def test_ps_question_mark_is_unknown_not_unstuck() -> None:
+    assert _darwin.stuck_state_from_ps("?") == "?"

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import final
 
+import psutil
 import pytest
 
 from exo_orphan_guard import waiters
@@ -37,7 +43,9 @@ def _returns_after_kill(
     return time.monotonic() - killed_at
 
 
-@pytest.mark.skipif(not waiters.can_use_pidfd(), reason="needs pidfd_open (Linux >= 5.3)")
+@pytest.mark.skipif(
+    not waiters.can_use_pidfd(), reason="pidfd: the Linux backend on Linux >= 5.3 only"
+)
 def test_pidfd_waiter_wakes_on_exit_without_reaping(
     sleeper: tuple[subprocess.Popen[bytes], ProcessIdentity],
 ) -> None:
@@ -54,7 +62,7 @@ def test_poll_waiter_wakes_within_its_interval(
 @pytest.mark.parametrize("name", ["pidfd", "poll"])
 def test_a_reused_pid_counts_as_gone_at_once(name: waiters.WaiterName) -> None:
     if name == "pidfd" and not waiters.can_use_pidfd():
-        pytest.skip("needs pidfd_open (Linux >= 5.3)")
+        pytest.skip("pidfd: the Linux backend on Linux >= 5.3 only")
     me = current_identity()
     impostor = ProcessIdentity(me.pid, me.started - 1.0)  # our pid, someone else's start
     done = threading.Event()
@@ -111,3 +119,114 @@ def test_dispatcher_skips_unavailable_and_spurious_waiters(
     }
     assert waiters.wait_for_exit(target, ("pidfd", "sentinel", "kqueue"), injected) == "kqueue"
     assert calls == ["pidfd", "sentinel", "kqueue"]
+
+
+# --- kqueue NOTE_EXIT, by injection: Linux has no kqueue, but a pidfd fires at the same
+# moment (exit, not reap), so the waiter's own logic runs against real processes.
+
+REAP_AFTER_SECONDS = 1.5
+LATE_REAPING_PARENT = """
+import os, select, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+select.select([os.pidfd_open(child.pid)], [], [])
+time.sleep(float(sys.argv[1]))
+child.wait()
+"""
+
+
+@final
+class PidfdKqueue:
+    """`select.kqueue` with EVFILT_PROC/NOTE_EXIT events, played by pidfds."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+
+    def control(
+        self, changelist: Iterable[object] | None, maxevents: int, timeout: float | None = None, /
+    ) -> list[object]:
+        if changelist is not None:
+            for pid in changelist:
+                assert isinstance(pid, int)
+                self.fds.append(os.pidfd_open(pid))  # ProcessLookupError, like ESRCH
+            return []
+        assert maxevents == 1
+        ready, _, _ = select.select(self.fds, [], [], timeout)
+        return list(ready)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def injected_kqueue(target: ProcessIdentity) -> None:
+    waiters.wait_kqueue(target, open_queue=PidfdKqueue, exit_event=lambda pid: pid)
+
+
+@pytest.fixture
+def late_reaped() -> Iterator[tuple[subprocess.Popen[str], ProcessIdentity]]:
+    """A process that is not our child, whose parent reaps it 1.5 s after it dies."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", LATE_REAPING_PARENT, str(REAP_AFTER_SECONDS)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    identity = identity_of(int(parent.stdout.readline()))
+    assert identity is not None
+    yield parent, identity
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(identity.pid, signal.SIGKILL)
+    parent.kill()
+    parent.wait()
+
+
+def _kill_and_time(
+    wait: Callable[[ProcessIdentity], object], target: ProcessIdentity
+) -> tuple[float, bool]:
+    """Seconds from SIGKILL to `wait` returning, and whether the target was a zombie then."""
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (wait(target), done.set()), daemon=True)
+    thread.start()
+    assert not done.wait(0.3), "returned while the process was alive"
+    killed_at = time.monotonic()
+    os.kill(target.pid, signal.SIGKILL)
+    assert done.wait(REAP_AFTER_SECONDS + 2.0)
+    latency = time.monotonic() - killed_at
+    try:
+        zombie = psutil.Process(target.pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        zombie = False
+    return latency, zombie
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the stand-in kqueue needs pidfds")
+def test_kqueue_waiter_fires_at_exit_not_at_reap(
+    late_reaped: tuple[subprocess.Popen[str], ProcessIdentity],
+) -> None:
+    _, target = late_reaped
+    latency, zombie = _kill_and_time(injected_kqueue, target)
+    assert latency < 0.5 and zombie
+    assert waiters.confirmed_gone(target)
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the stand-in kqueue needs pidfds")
+def test_kqueue_waiter_returns_at_once_for_a_process_already_gone(
+    late_reaped: tuple[subprocess.Popen[str], ProcessIdentity],
+) -> None:
+    parent, target = late_reaped
+    os.kill(target.pid, signal.SIGKILL)
+    parent.wait()  # reaped: registering the exit event fails like ESRCH
+    started = time.monotonic()
+    injected_kqueue(target)
+    assert time.monotonic() - started < 0.1
+
+
+def test_psutil_wait_on_a_non_child_returns_only_at_reap(
+    late_reaped: tuple[subprocess.Popen[str], ProcessIdentity],
+) -> None:
+    """Why the kqueue waiter is not psutil's `Process.wait()` (this project's old one)."""
+    _, target = late_reaped
+    process = psutil.Process(target.pid)
+    latency, zombie = _kill_and_time(lambda _: process.wait(), target)
+    assert latency > REAP_AFTER_SECONDS - 0.2 and not zombie
