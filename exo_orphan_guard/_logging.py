@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from loguru import logger
-
 _already_warned: set[str] = set()
 
 
 def warn_once(message: str) -> None:
     if message not in _already_warned:
         _already_warned.add(message)
+        # Imported here: the CLI's commands run without loguru unless they warn.
+        from loguru import logger
+
         logger.warning(message)
