@@ -4,6 +4,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Final
 
@@ -93,6 +94,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if tag is None or sys.platform != "linux":
         return
     mine = {os.getpid(), *(parent.pid for parent in psutil.Process().parents())}
+    # This process's own multiprocessing resource tracker ends with it, not before.
+    tracker: int | None = getattr(resource_tracker._resource_tracker, "_pid", None)  # pyright: ignore[reportPrivateUsage]
+    if tracker is not None:
+        mine.add(tracker)
     started = [identity for identity in carrying(SESSION_TAG, tag) if identity.pid not in mine]
     left = scenarios.wait_gone(started, _LEFTOVER_GRACE_SECONDS)
     leaked = [identity for identity, seen in left.items() if seen is None]

@@ -123,7 +123,9 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
     scan = sweep.split("$ exo-orphan-guard scan", 1)[1].split("(exit code", 1)[0]
     for pid in orphans.groups():
         # The real CLI lists each with its ppid, age, memory and rule...
-        assert re.search(rf"^\s+{pid}\s+\d+\s+\d+s\s+[\d.]+ MiB rss\s+\S+\s+fingerprint", scan, re.M)
+        assert re.search(
+            rf"^\s+{pid}\s+\d+\s+\d+s\s+[\d.]+ MiB rss\s+\S+\s+fingerprint", scan, re.M
+        )
         # ...and the new worker's start-up sweep kills it and logs it.
         assert f"killed orphan {pid} " in sweep
     assert "errno 16 (EBUSY)" in sweep and "exo-orphan-guard sweep" in sweep
