@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from exo_orphan_guard import launch_scenario, scenarios
+from exo_orphan_guard import launch_scenario, scenarios, system
 from exo_orphan_guard.exec_wrapper import exit_status, parse_command
 from exo_orphan_guard.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.launch_scenario import RankKind, StartedLauncher
@@ -159,7 +159,8 @@ def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
         ["idle"],
         wrapper=launch_scenario.wrapper_words(stdin_hup=False),
         registry=isolated_environment,
-        extra_env={"EXO_ORPHAN_GUARD_STRATEGY": "pidfd"},
+        # A thread-only watch: pidfd on Linux, poll on the portable backend.
+        extra_env={"EXO_ORPHAN_GUARD_STRATEGY": "pidfd" if system.BACKEND == "linux" else "poll"},
     )
     launchers.append(launcher)
     rank = launcher.ranks[0]

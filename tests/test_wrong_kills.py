@@ -216,6 +216,11 @@ print(json.dumps({
 """
 
 
+_injects_into_proc = pytest.mark.skipif(
+    system.BACKEND != "linux", reason="injects errors into the /proc reader of the Linux backend"
+)
+
+
 def sweep_unable_to_read(path: str, code: str) -> dict[str, list[int]]:
     """A sweep in its own process (not the workers' ancestor) for which reading
     `path` fails with errno `code`."""
@@ -230,6 +235,7 @@ def sweep_unable_to_read(path: str, code: str) -> dict[str, list[int]]:
     return result
 
 
+@_injects_into_proc
 def test_a_worker_that_cannot_be_read_is_not_taken_for_dead(start_worker: StartWorker) -> None:
     worker = start_worker(["idle"])
     (runner,) = worker.runners
@@ -239,6 +245,7 @@ def test_a_worker_that_cannot_be_read_is_not_taken_for_dead(start_worker: StartW
     assert liveness(runner.identity) == "alive"
 
 
+@_injects_into_proc
 def test_a_runner_that_cannot_be_read_keeps_its_record(
     start_worker: StartWorker, isolated_environment: Path
 ) -> None:
