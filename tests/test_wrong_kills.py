@@ -26,7 +26,7 @@ from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
 from exo_orphan_guard.sweeping import sweep
 from tests.conftest import StartWorker
-from tests.helpers.processes import NOBODY, report_of, run_cli, sleeper, start_orphan
+from tests.helpers.processes import NOBODY, report_of, run_cli, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
 
@@ -270,7 +270,8 @@ def test_root_is_told_how_many_other_users_processes_were_spared(
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("starting a process as another user needs root and setpriv")
     token = f"eog-nobody-{uuid.uuid4().hex}"
-    nobody = start_orphan(sleeper(token), user=NOBODY)
+    # /bin/sh, not this venv's python: `nobody` may not be able to read the latter.
+    nobody = start_orphan(["/bin/sh", "-c", f"sleep 600; : {token}"], user=NOBODY)
     planted.append(nobody)
     report = report_of(run_cli("sweep", "--json", "--registry-only", "--match", token))
     assert report["other_users_spared"] == 1 and "other users spared" in report["summary"]
