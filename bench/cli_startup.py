@@ -21,18 +21,13 @@ from pathlib import Path
 
 import psutil
 
+from . import sweep_cost
 from .stats import Samples
+from .sweep_cost import LoadResult
 
 ROOT = Path(__file__).resolve().parent.parent
 PS_AWK = "ps -axo pid,ppid,command | awk '$2==1 && /spawn_main/'"
 LOADS = (50, 2000)
-
-
-@dataclass(frozen=True)
-class LoadResult:
-    unrelated: int
-    total_processes: int
-    samples: dict[str, Samples]
 
 
 @dataclass(frozen=True)
@@ -134,16 +129,7 @@ def _quiet(command: list[str]) -> None:
 
 
 def render(installed: Installed, results: list[LoadResult]) -> str:
-    lines = [
-        "| unrelated processes (total alive) | command | median ms | p99 ms |",
-        "|---|---|---:|---:|",
-    ]
-    for result in results:
-        for name, samples in result.samples.items():
-            lines.append(
-                f"| {result.unrelated} ({result.total_processes}) | {name} | "
-                f"{samples.quantile_text(0.5, 0)} | {samples.quantile_text(0.99, 0)} |"
-            )
+    lines = [sweep_cost.render(results, "command")]
     lines += [
         "",
         "What `scan` imports from the venv's site-packages (top-level names): "

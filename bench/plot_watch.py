@@ -127,13 +127,24 @@ def draw(document: SamplesDocument, image: Path) -> None:
     plt.close(figure)
 
 
+def _style(name: str) -> tuple[str, str, float]:
+    """A row's own style; a `(portable)` row dotted in its strategy's colour."""
+    if name in _STYLES:
+        return _STYLES[name]
+    base = name.removesuffix(" (portable)")
+    if base != name and base in _STYLES:
+        colour, _, width = _STYLES[base]
+        return colour, ":", max(1.2, width * 0.8)
+    return "dimgray", "-.", 1.2  # the floor: the benchmark's own view of the exit
+
+
 def _panel(axis: Axes, title: str, cells: Sequence[CellSamples], never_slots: int) -> None:
     # Lines that never leave 0 would hide under each other and under the curves that
     # start there: they get a band of their own below 0 %, labelled "never".
     never = 0
     for cell in sorted(cells, key=lambda cell: _order(cell["strategy"])):
         name = cell["strategy"]
-        colour, style, width = _STYLES.get(name, ("gray", "-", 1.0))
+        colour, style, width = _style(name)
         line = curve(cell["samples_ms"], cell["deadline_s"])
         xs, ys = line.steps(AXIS_START_MS)
         if line.final_share == 1:

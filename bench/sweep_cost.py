@@ -96,9 +96,9 @@ class _UnrelatedProcesses:
             self._holder.wait()
 
 
-def render(results: list[LoadResult]) -> str:
+def render(results: list[LoadResult], column: str = "method") -> str:
     lines = [
-        "| unrelated processes (total alive) | method | median ms | p99 ms |",
+        f"| unrelated processes (total alive) | {column} | median ms | p99 ms |",
         "|---|---|---:|---:|",
     ]
     for result in results:
