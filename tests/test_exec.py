@@ -9,10 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from exo_orphan_guard import launch_scenario, scenarios, system
@@ -135,8 +136,23 @@ def test_ranks_and_their_children_die_with_the_launcher(
     killed_at = launch_scenario.kill_launcher(launcher)
     exits = scenarios.wait_gone(tracked, 1.0)
     late = [identity.pid for identity, seen in exits.items() if seen is None]
-    assert not late, f"alive 1 s after the launcher's SIGKILL: {late}"
+    assert not late, f"alive 1 s after the launcher's SIGKILL: {_describe(late)}"
     assert max(seen - killed_at for seen in exits.values() if seen is not None) < 1.0
+
+
+def _describe(pids: Sequence[int]) -> list[str]:
+    """Who each still-running process is: its state, parent and command line."""
+    described: list[str] = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            with process.oneshot():
+                described.append(
+                    f"{pid} {process.status()} ppid={process.ppid()} {process.cmdline()}"
+                )
+        except psutil.Error:
+            described.append(f"{pid} (gone meanwhile)")
+    return described
 
 
 def test_control_without_the_wrapper_the_ranks_outlive_the_launcher(
