@@ -13,7 +13,6 @@ from exo_orphan_guard import cli, doctor, patching, scenarios, settings
 from exo_orphan_guard._common import Pid
 from exo_orphan_guard.process_table import ProcessInfo
 from exo_orphan_guard.verdicts import Verdict
-from tests.helpers.processes import make_fake_exo_environment
 
 RUNNER = ProcessInfo(
     pid=Pid(300),
@@ -100,10 +99,9 @@ def test_patch_states(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
 def test_doctor_on_this_machine_sees_a_planted_orphan(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, exo_python: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    python = make_fake_exo_environment(tmp_path / "exo-env")
-    worker = scenarios.start_worker(["idle"], watch="none", python=python)
+    worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
     try:
         scenarios.kill_worker(worker)
         assert cli.main(["doctor", "--json", "--exo", str(tmp_path)]) == 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,6 @@ from exo_orphan_guard import cli, doctor, scenarios, system
 from exo_orphan_guard._common import MemoryUsage
 from exo_orphan_guard.process_table import ProcessInfo
 from exo_orphan_guard.verdicts import Verdict
-from tests.helpers.processes import make_fake_exo_environment
 from tests.test_doctor import HEALTHY, RUNNER
 
 FOOTPRINT = 313 * 2**30
@@ -43,10 +41,9 @@ def test_doctor_labels_rss_as_rss() -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
 def test_scan_sweep_and_doctor_report_labelled_memory_of_a_real_orphan(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    exo_python: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    python = make_fake_exo_environment(tmp_path / "exo-env")
-    worker = scenarios.start_worker(["idle"], watch="none", python=python)
+    worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
     try:
         scenarios.kill_worker(worker)
         runner = worker.runners[0].identity
