@@ -14,7 +14,7 @@ all: test
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,dev]'
-	scripts/ensure-sshd
+	scripts/ensure-test-packages
 	touch $@
 
 $(BIN313)/.installed: pyproject.toml
