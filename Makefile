@@ -20,6 +20,7 @@ $(BIN)/.installed: pyproject.toml
 $(BIN313)/.installed: pyproject.toml
 	$(PYTHON313) -m venv $(VENV313)
 	$(BIN313)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	scripts/ensure-test-packages
 	touch $@
 
 setup: $(BIN)/.installed
@@ -27,23 +28,29 @@ setup: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 # The bench extra (matplotlib) too: bench/ is type-checked, and `make demo` stays light.
 typecheck: $(BIN)/.bench-installed
 	$(BIN)/basedpyright
 
+# Every pytest run goes through scripts/confined: a private pid namespace where the
+# sweeps the tests run see only the processes the suite started (elsewhere the tests
+# that run machine-wide sweeps skip, and say why).
+CONFINED := scripts/confined
+
 pytest: $(BIN)/.installed
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(CONFINED) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The whole suite again on the backend macOS runs (psutil and the standard library
 # only: no /proc, pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
 pytest-portable: $(BIN)/.installed
-	EXO_ORPHAN_GUARD_BACKEND=portable $(BIN)/pytest $(PYTEST_ARGS)
+	EXO_ORPHAN_GUARD_BACKEND=portable $(CONFINED) $(BIN)/pytest $(PYTEST_ARGS)
 
 # exo runs on Python 3.13 only: the whole suite runs there too, where it exists.
 pytest-3.13:
 	@if [ -x "$(PYTHON313)" ]; then \
-		$(MAKE) --no-print-directory $(BIN313)/.installed && $(BIN313)/pytest $(PYTEST_ARGS); \
+		$(MAKE) --no-print-directory $(BIN313)/.installed && $(CONFINED) $(BIN313)/pytest $(PYTEST_ARGS); \
 	else \
 		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; \
 	fi
@@ -63,7 +70,7 @@ bench: $(BIN)/.bench-installed
 # Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.
 # Builds Python 3.13 venvs with exo's dependencies under .cache/exo-venv (kept).
 test-exo: $(BIN)/.installed
-	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(BIN)/pytest tests/test_exo_integration.py tests/test_exo_uv_real.py -v -rs
+	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(CONFINED) $(BIN)/pytest tests/test_exo_integration.py tests/test_exo_uv_real.py -v -rs
 
 # Wheel and sdist into dist/, then their metadata checked (twine check --strict).
 dist: $(BIN)/.installed

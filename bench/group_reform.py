@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exo_orphan_guard import ring_scenario
+from exo_orphan_guard.rig import ring_scenario
 
 from .stats import Samples
 

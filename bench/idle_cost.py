@@ -13,9 +13,11 @@ from pathlib import Path
 
 import psutil
 
-from exo_orphan_guard import scenarios, selftest, settings
-from exo_orphan_guard.identity import ProcessIdentity
-from exo_orphan_guard.scenario_worker import Watch
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import Watch
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity
+from exo_orphan_guard.tools import selftest
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exo_orphan_guard import launch_scenario, scenarios
-from exo_orphan_guard.launch_scenario import LaunchedRank, RankKind, StartedLauncher
+from exo_orphan_guard.rig import launch_scenario, scenarios
+from exo_orphan_guard.rig.launch_scenario import LaunchedRank, RankKind, StartedLauncher
 from tests.helpers import sshd
 
 from .stats import Samples

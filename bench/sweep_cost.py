@@ -21,9 +21,9 @@ from pathlib import Path
 
 import psutil
 
-from exo_orphan_guard import scenarios
-from exo_orphan_guard.scenario_worker import RunnerKind
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.sweeper.sweeping import sweep
 
 from .stats import Samples
 

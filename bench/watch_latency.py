@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
-from exo_orphan_guard import scenarios, selftest, settings
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.scenario_worker import PR2205_POLL_SECONDS, RunnerKind, Watch
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import PR2205_POLL_SECONDS, RunnerKind, Watch
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.tools import selftest
 
 from .stats import Samples
 

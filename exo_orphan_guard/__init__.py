@@ -16,30 +16,30 @@ from ._version import __version__
 # Also what PyInstaller's import analysis follows (it reads these statements, though
 # they never run): exo's frozen app bundles every module the names below need.
 if TYPE_CHECKING:
-    from .killing import KillResult
-    from .runner_watch import guard_runner
-    from .sweeping import SweepReport, sweep, sweep_async
-    from .verdicts import Verdict
-    from .worker import (
+    from .exo.worker import (
         FailureDiagnosis,
         diagnose_runner_failure,
         prepare_worker,
         sweep_at_worker_start,
         worker_sweep,
     )
+    from .sweeper.killing import KillResult
+    from .sweeper.sweeping import SweepReport, sweep, sweep_async
+    from .sweeper.verdicts import Verdict
+    from .watch.runner_watch import guard_runner
 
 _HOMES: Final = {
-    "FailureDiagnosis": "worker",
-    "KillResult": "killing",
-    "SweepReport": "sweeping",
-    "Verdict": "verdicts",
-    "diagnose_runner_failure": "worker",
-    "guard_runner": "runner_watch",
-    "prepare_worker": "worker",
-    "sweep": "sweeping",
-    "sweep_async": "sweeping",
-    "sweep_at_worker_start": "worker",
-    "worker_sweep": "worker",
+    "FailureDiagnosis": "exo.worker",
+    "KillResult": "sweeper.killing",
+    "SweepReport": "sweeper.sweeping",
+    "Verdict": "sweeper.verdicts",
+    "diagnose_runner_failure": "exo.worker",
+    "guard_runner": "watch.runner_watch",
+    "prepare_worker": "exo.worker",
+    "sweep": "sweeper.sweeping",
+    "sweep_async": "sweeper.sweeping",
+    "sweep_at_worker_start": "exo.worker",
+    "worker_sweep": "exo.worker",
 }
 
 __all__ = [

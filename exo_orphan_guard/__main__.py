@@ -1,3 +1,3 @@
-from .cli import entry_point
+from .tools.cli import entry_point
 
 entry_point()

@@ -11,10 +11,37 @@ from typing import Final
 import psutil
 import pytest
 
-from exo_orphan_guard import scenarios, settings
-from exo_orphan_guard.identity import ProcessIdentity
-from exo_orphan_guard.scenario_worker import RunnerKind, SpawnFrom, Watch
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import RunnerKind, SpawnFrom, Watch
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity
+from tests.helpers.decoys import Decoys, start_decoys
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment
+
+OUTER_PID_NAMESPACE_ENV: Final = "EOG_OUTER_PID_NAMESPACE"
+"""Set by `scripts/confined` to the pid namespace it left for a private one."""
+
+
+def _in_private_pid_namespace() -> bool:
+    """Whether this session runs in the pid namespace `scripts/confined` made for it,
+    where every process it can see is one the suite started."""
+    outer = os.environ.get(OUTER_PID_NAMESPACE_ENV)
+    try:
+        return outer is not None and os.readlink("/proc/self/ns/pid") != outer
+    except OSError:
+        return False
+
+
+CONFINED: Final = _in_private_pid_namespace()
+MACHINE_WIDE_SKIP: Final = (
+    "runs a machine-wide sweep, which would signal processes this suite did not start: "
+    "it runs only in a private pid namespace (`make test` as root, through scripts/confined)"
+)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("machine_wide") is not None and not CONFINED:
+        pytest.skip(MACHINE_WIDE_SKIP)
 
 
 @pytest.fixture(autouse=True)
@@ -71,6 +98,17 @@ def exo_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     return make_fake_exo_environment(tmp_path_factory.mktemp("exo-env") / "venv")
 
 
+_decoys: list[Decoys] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_decoys(exo_python: str) -> Decoys:
+    """Started before the first test; `pytest_sessionfinish` fails the run if one is gone."""
+    decoys = start_decoys(exo_python)
+    _decoys.append(decoys)
+    return decoys
+
+
 @pytest.fixture
 def planted() -> Iterator[list[ProcessIdentity]]:
     """Processes a test plants; killed, with their descendants, at teardown."""
@@ -89,6 +127,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _check_decoys(session)
+    _check_leftovers(session)
+
+
+def _check_decoys(session: pytest.Session) -> None:
+    """Fail the run if a test took one of the session's decoys."""
+    for decoys in _decoys:
+        gone = decoys.gone()
+        decoys.stop()
+        if gone:
+            print(f"\na test signalled what it did not start; gone: {'; '.join(gone)}")
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _check_leftovers(session: pytest.Session) -> None:
     """Fail the run if any process it started outlived it (and kill those)."""
     tag = os.environ.get(SESSION_TAG)
     if tag is None or sys.platform != "linux":

@@ -9,13 +9,15 @@ import sys
 
 import pytest
 
-from exo_orphan_guard import settings, system
+from exo_orphan_guard import system
+from exo_orphan_guard.system import settings
 from tests.conftest import StartWorker
 
 PROBE = """
 import json, signal
-from exo_orphan_guard import system, waiters
-from exo_orphan_guard.identity import current_identity
+from exo_orphan_guard import system
+from exo_orphan_guard.watch import waiters
+from exo_orphan_guard.system.identity import current_identity
 print(json.dumps({
     "backend": system.BACKEND,
     "pidfd": waiters.can_use_pidfd(),

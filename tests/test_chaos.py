@@ -26,11 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import scenarios, settings, system
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.registry import Registry, RunnerRecord
-from exo_orphan_guard.scenario_worker import RunnerKind, Watch, WorkerSpec
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerSpec
+from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.system.process_facts import Pid
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment, start_orphan
 
 ROUNDS = 200
@@ -129,6 +131,7 @@ def reused_group_decoy(registry: Path) -> ProcessIdentity:
     return member
 
 
+@pytest.mark.machine_wide
 def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
     python = make_fake_exo_environment(tmp_path / "exo-env")
     tag = uuid.uuid4().hex
@@ -176,7 +179,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         moment = rng.choice(["before spawn", "start-up", "armed"])
         env["EOG_CHAOS_ROUND"] = f"{number}:{watch}:{strategy}:{','.join(kinds)}:{moment}"
         worker = subprocess.Popen(
-            [python, "-m", "exo_orphan_guard.scenario_worker", json.dumps(spec)],
+            [python, "-m", "exo_orphan_guard.rig.scenario_worker", json.dumps(spec)],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import exo_orphan_guard
-from exo_orphan_guard import cli
+from exo_orphan_guard.tools import cli
 
 HEAVY = ("anyio", "loguru")
 
@@ -19,7 +19,7 @@ HEAVY = ("anyio", "loguru")
 def modules_after(arguments: list[str]) -> list[str]:
     script = (
         "import json, sys\n"
-        "from exo_orphan_guard import cli\n"
+        "from exo_orphan_guard.tools import cli\n"
         f"code = cli.main({arguments!r})\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
@@ -37,7 +37,7 @@ def modules_after(arguments: list[str]) -> list[str]:
 def test_commands_start_without_anyio_or_loguru(arguments: list[str]) -> None:
     loaded = modules_after(arguments)
     assert [name for name in loaded if name.split(".")[0] in HEAVY] == []
-    assert "exo_orphan_guard.sweeping" in loaded or arguments[0] == "explain"
+    assert "exo_orphan_guard.sweeper.sweeping" in loaded or arguments[0] == "explain"
 
 
 def test_the_public_names_load_on_first_use() -> None:

@@ -16,8 +16,8 @@ from typing import Literal
 
 import pytest
 
-from exo_orphan_guard import scenarios
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.sweeping import sweep
 from tests.conftest import StartWorker
 
 SHIFT_HOOK = Path(__file__).parent / "helpers" / "boot_shift"

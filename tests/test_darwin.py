@@ -8,8 +8,8 @@ from typing import Any, final
 
 import pytest
 
-from exo_orphan_guard import _darwin
-from exo_orphan_guard._common import MemoryUsage
+from exo_orphan_guard.system import _darwin
+from exo_orphan_guard.system.process_facts import MemoryUsage
 
 
 @pytest.mark.parametrize(

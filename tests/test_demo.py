@@ -20,11 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.ring_scenario import mlx_available
+from exo_orphan_guard.rig.ring_scenario import mlx_available
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="finds the demo's processes through /proc"
-)
+# The demo's start-up sweep is a real, machine-wide one.
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="finds the demo's processes through /proc"
+    ),
+    pytest.mark.machine_wide,
+]
 
 TAG_VARIABLE = "EOG_DEMO_TEST_TAG"
 DEMO_TIMEOUT_SECONDS = 120.0

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import patching
 from exo_orphan_guard._version import __version__
+from exo_orphan_guard.exo import patching
 
 from .helpers.dist import ROOT, Dist, built_dist
 
@@ -54,19 +54,20 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
         if "extra ==" not in requirement
     ]
     assert sorted(runtime) == ["anyio>=4.4", "loguru>=0.7", "psutil>=7.2.1"]
-    assert "exo-orphan-guard = exo_orphan_guard.cli:entry_point" in entry_points
+    assert "exo-orphan-guard = exo_orphan_guard.tools.cli:entry_point" in entry_points
     assert "exo_orphan_guard/py.typed" in names
     for series in patching.load_series():
         for patch_name, _ in series.diffs:
-            assert f"exo_orphan_guard/patches/{series.name}/{patch_name}" in names
+            assert f"exo_orphan_guard/exo/patches/{series.name}/{patch_name}" in names
 
 
 def test_the_sdist_builds_the_same_package(dist: Dist) -> None:
     with tarfile.open(dist.sdist) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "exo_orphan_guard/_version.py"} <= names
-    assert "exo_orphan_guard/patches/main/0006-build-the-app-with-the-orphan-guard-extra.patch" in (
-        names
+    assert (
+        "exo_orphan_guard/exo/patches/main/0006-build-the-app-with-the-orphan-guard-extra.patch"
+        in (names)
     )
 
 

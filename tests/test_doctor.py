@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import cli, doctor, patching, scenarios, settings
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.process_table import ProcessInfo
-from exo_orphan_guard.verdicts import Verdict
+from exo_orphan_guard.exo import patching
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.process_table import ProcessInfo
+from exo_orphan_guard.sweeper.verdicts import Verdict
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.process_facts import Pid
+from exo_orphan_guard.tools import cli, doctor
 
 RUNNER = ProcessInfo(
     pid=Pid(300),

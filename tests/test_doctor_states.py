@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from exo_orphan_guard import doctor
+from exo_orphan_guard.tools import doctor
 from tests.test_doctor import HEALTHY
 
 

@@ -16,11 +16,12 @@ from typing import Any
 import psutil
 import pytest
 
-from exo_orphan_guard import launch_scenario, scenarios, system
-from exo_orphan_guard.exec_wrapper import exit_status, parse_command
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.launch_scenario import RankKind, StartedLauncher
-from exo_orphan_guard.registry import host_directory
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import launch_scenario, scenarios
+from exo_orphan_guard.rig.launch_scenario import RankKind, StartedLauncher
+from exo_orphan_guard.sweeper.registry import host_directory
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 

@@ -28,9 +28,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exo_orphan_guard import patching, scenarios, settings
-from exo_orphan_guard.identity import identity_of
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard.exo import patching
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.sweeping import sweep
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import identity_of
 from tests.helpers.processes import kill_all
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,6 +238,7 @@ def test_exos_real_runner_dies_with_its_worker_only_when_guarded(
 
 
 @versions
+@pytest.mark.machine_wide
 def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
     version: str, work: Path, venv_cache: Path, tmp_path: Path
 ) -> None:
@@ -287,6 +290,7 @@ def run_check(script: str, version: str, work: Path, venv_cache: Path) -> dict[s
 
 
 @versions
+@pytest.mark.machine_wide
 def test_connect_to_group_sweeps_through_exos_real_worker(
     version: str, work: Path, venv_cache: Path
 ) -> None:
@@ -301,6 +305,7 @@ def test_connect_to_group_sweeps_through_exos_real_worker(
 
 
 @versions
+@pytest.mark.machine_wide
 def test_a_runner_failure_is_diagnosed_and_swept_through_exos_real_supervisor(
     version: str, work: Path, venv_cache: Path
 ) -> None:

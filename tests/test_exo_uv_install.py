@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import patching, uv_project
 from exo_orphan_guard._version import __version__
+from exo_orphan_guard.exo import patching, uv_project
 
 from .helpers.dist import Dist, built_dist, wheelhouse
 from .test_patching import build_tree, snapshot
@@ -209,7 +209,7 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
         text=True,
         check=True,
     )
-    assert imported.stdout.split() == [__version__, "7.2.1", "exo_orphan_guard.sweeping"]
+    assert imported.stdout.split() == [__version__, "7.2.1", "exo_orphan_guard.sweeper.sweeping"]
     version = subprocess.run(
         [str(tree / ".venv" / "bin" / "exo-orphan-guard"), "--version"],
         capture_output=True,

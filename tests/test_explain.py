@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from exo_orphan_guard import cli
-from exo_orphan_guard.explain import RULES, explain, render
+from exo_orphan_guard.exo.explain import RULES, explain, render
+from exo_orphan_guard.tools import cli
 
 FIELD_LINES = {
     "ValueError: [jaccl] Changing queue pair to RTR failed with errno 16": "rtr-errno-16",

@@ -5,9 +5,10 @@ the GIL in native code when the app is SIGKILLed, as a runner inside
 and the default scan finds it by its frozen command line.
 
 The unguarded app and that scan (the package's CLI, frozen into the same binary) run
-as another user (nobody): sweeps are
-machine-wide, and one run concurrently by anyone else as root spares another user's
-processes, so this orphan stays until the test has looked at it."""
+as another user (nobody): sweeps are machine-wide, and one run concurrently by anyone
+else as root spares another user's processes, so this orphan stays until the test has
+looked at it. Nobody runs a copy of the app in a directory the test makes for it: the
+checkout (and the build cache in it) may sit where only its owner can enter."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -24,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import settings
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.scenarios import GIL_SETTLE_SECONDS, wait_gone
+from exo_orphan_guard.rig.scenarios import GIL_SETTLE_SECONDS, wait_gone
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
 from .helpers.frozen import frozen_app
 
@@ -37,6 +39,23 @@ NOBODY = 65534
 @pytest.fixture(scope="module")
 def app() -> Path:
     return frozen_app()
+
+
+@pytest.fixture(scope="module")
+def nobodys_app(app: Path) -> Generator[Path]:
+    """The app, copied where user nobody can run it."""
+    prefix = as_user(NOBODY)
+    home = Path(tempfile.mkdtemp(prefix="eog-frozen-app-"))
+    try:
+        home.chmod(0o755)
+        shutil.copytree(app.parent, home / app.parent.name, symlinks=True)
+        copy = home / app.parent.name / app.name
+        probe = subprocess.run([*prefix, "test", "-x", str(copy)], check=False)
+        if probe.returncode != 0:
+            pytest.skip(f"user nobody cannot run {copy}: {tempfile.gettempdir()} is private")
+        yield copy
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -76,12 +95,14 @@ def _started_by(app: Path) -> list[ProcessIdentity]:
 @pytest.fixture
 def run_app(app: Path) -> Generator[RunApp]:
     started: list[subprocess.Popen[str]] = []
+    binaries: set[Path] = set()
 
-    def run(*, guard: bool, user: int | None = None) -> RunningApp:
+    def run(*, guard: bool, user: int | None = None, binary: Path = app) -> RunningApp:
         environment = dict(os.environ)
         environment[settings.TOGGLE_ENV] = "1" if guard else "0"
+        binaries.add(binary)
         process = subprocess.Popen(
-            [*as_user(user), str(app)],
+            [*as_user(user), str(binary)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -110,7 +131,7 @@ def run_app(app: Path) -> Generator[RunApp]:
         if process.poll() is None:
             process.kill()
             process.wait()
-    leftovers = _started_by(app)
+    leftovers = [identity for binary in binaries for identity in _started_by(binary)]
     for identity in leftovers:
         if identity_of(identity.pid) == identity:
             with contextlib.suppress(ProcessLookupError):
@@ -141,9 +162,10 @@ def test_guarded_a_gil_held_frozen_runner_dies_with_the_app(run_app: RunApp) -> 
 
 
 def test_unguarded_the_frozen_runner_survives_and_the_default_scan_finds_it(
-    run_app: RunApp, app: Path
+    run_app: RunApp, nobodys_app: Path
 ) -> None:
-    running = run_app(guard=False, user=NOBODY)
+    app = nobodys_app
+    running = run_app(guard=False, user=NOBODY, binary=app)
     kill_app(running)
     assert wait_gone([running.runner], 1.0)[running.runner] is None, "no orphan to find"
     scan = subprocess.run(

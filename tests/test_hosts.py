@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from exo_orphan_guard import scenarios
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from tests.helpers import sshd
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")

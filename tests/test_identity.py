@@ -5,8 +5,13 @@ import sys
 
 import pytest
 
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity, current_identity, identity_of, liveness
+from exo_orphan_guard.system.identity import (
+    ProcessIdentity,
+    current_identity,
+    identity_of,
+    liveness,
+)
+from exo_orphan_guard.system.process_facts import Pid
 
 
 def test_encode_decode_round_trip() -> None:

@@ -8,10 +8,12 @@ import sys
 
 import pytest
 
-from exo_orphan_guard import cli, doctor, scenarios, system
-from exo_orphan_guard._common import MemoryUsage
-from exo_orphan_guard.process_table import ProcessInfo
-from exo_orphan_guard.verdicts import Verdict
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.process_table import ProcessInfo
+from exo_orphan_guard.sweeper.verdicts import Verdict
+from exo_orphan_guard.system.process_facts import MemoryUsage
+from exo_orphan_guard.tools import cli, doctor
 from tests.test_doctor import HEALTHY, RUNNER
 
 FOOTPRINT = 313 * 2**30

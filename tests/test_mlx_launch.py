@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import ring_scenario, scenarios
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.rig import ring_scenario, scenarios
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
 MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
 FORM_TIMEOUT_SECONDS = 60.0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import ring_scenario
+from exo_orphan_guard.rig import ring_scenario
 
 pytestmark = pytest.mark.skipif(
     not ring_scenario.mlx_available(), reason="needs mlx[cpu] (a test dependency on Linux)"

@@ -17,10 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exo_orphan_guard import scenarios, settings, system
-from exo_orphan_guard.registry import host_directory
-from exo_orphan_guard.scenario_worker import RunnerKind
-from exo_orphan_guard.waiters import can_use_pidfd
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.sweeper.registry import host_directory
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.watch.waiters import can_use_pidfd
 from tests.conftest import StartWorker
 
 GONE_WITHIN_SECONDS = 1.0

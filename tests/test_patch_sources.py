@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import cli, patching, uv_project
+from exo_orphan_guard.exo import patching, uv_project
+from exo_orphan_guard.tools import cli
 
 from .test_patching import build_tree, snapshot
 

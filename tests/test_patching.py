@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import cli, patching
-from exo_orphan_guard.patch_format import (
+from exo_orphan_guard.exo import patching
+from exo_orphan_guard.exo.patch_format import (
     HunkMismatchError,
     PatchFormatError,
     apply_hunks,
     parse_unified_diff,
 )
+from exo_orphan_guard.tools import cli
 
 SERIES = patching.load_series()
 SERIES_NAMES = [series.name for series in SERIES]

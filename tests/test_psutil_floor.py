@@ -10,7 +10,8 @@ import os
 import psutil
 import pytest
 
-from exo_orphan_guard import _posix, process_table
+from exo_orphan_guard.sweeper import process_table
+from exo_orphan_guard.system._posix import iter_command_lines
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def parent_cmdline_fails(monkeypatch: pytest.MonkeyPatch) -> int:
 def test_command_lines_skip_a_process_whose_cmdline_raises_a_bare_oserror(
     parent_cmdline_fails: int,
 ) -> None:
-    found = dict(_posix.iter_command_lines())
+    found = dict(iter_command_lines())
     assert os.getpid() in found
     assert parent_cmdline_fails not in found
 

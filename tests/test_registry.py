@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity
-from exo_orphan_guard.registry import (
+from exo_orphan_guard.sweeper.registry import (
     MAX_RECORD_BYTES,
     Registry,
     RunnerRecord,
@@ -20,6 +18,8 @@ from exo_orphan_guard.registry import (
     parse_record,
     record_file_problem,
 )
+from exo_orphan_guard.system.identity import ProcessIdentity
+from exo_orphan_guard.system.process_facts import Pid
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")

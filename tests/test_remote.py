@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import remote
+from exo_orphan_guard.tools import remote
 
 
 def test_host_list_keeps_order_and_rejects_empty_names() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from exo_orphan_guard import settings
+from exo_orphan_guard.system import settings
 
 
 @pytest.mark.parametrize("raw", ["1", "true", "YES", " On ", "TRUE"])

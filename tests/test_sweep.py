@@ -17,11 +17,13 @@ from typing import Any
 import psutil
 import pytest
 
-from exo_orphan_guard import cli, killing, scenarios
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
-from exo_orphan_guard.registry import Registry, RunnerRecord, host_directory
-from exo_orphan_guard.sweeping import SweepReport, sweep
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper import killing
+from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord, host_directory
+from exo_orphan_guard.sweeper.sweeping import SweepReport, sweep
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
+from exo_orphan_guard.system.process_facts import Pid
+from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.processes import NOBODY, start_orphan
 
@@ -60,6 +62,7 @@ def killed_pids(report: SweepReport) -> set[int]:
 # --- planted orphans of each kind are killed ----------------------------------------
 
 
+@pytest.mark.machine_wide
 def test_recorded_runner_whose_watch_could_not_act_is_killed(
     start_worker: StartWorker, isolated_environment: Path
 ) -> None:
@@ -78,6 +81,7 @@ def test_recorded_runner_whose_watch_could_not_act_is_killed(
     )
 
 
+@pytest.mark.machine_wide
 def test_unrecorded_exo_runners_and_their_children_are_killed(
     start_worker: StartWorker, exo_python: str
 ) -> None:
@@ -132,6 +136,7 @@ def test_match_any_parent_kills_matching_processes_under_a_live_parent(
     assert gone([rank]) and liveness(parent) == "alive"
 
 
+@pytest.mark.machine_wide
 def test_an_orphan_that_ignores_sigterm_is_killed_after_the_grace(exo_python: str) -> None:
     worker = scenarios.start_worker(["deaf"], watch="none", python=exo_python)
     try:
@@ -147,6 +152,7 @@ def test_an_orphan_that_ignores_sigterm_is_killed_after_the_grace(exo_python: st
 # --- decoys survive ---------------------------------------------------------------
 
 
+@pytest.mark.machine_wide
 def test_decoys_all_survive_a_sweep(
     start_worker: StartWorker,
     exo_python: str,
@@ -171,12 +177,17 @@ def test_decoys_all_survive_a_sweep(
         dead_worker = ProcessIdentity(live_unguarded.pid, 1.0)
         registry.write(_claim(stranger, dead_worker, started=stranger.started - 5.0))
         # Another user's runner-looking orphan, seen by the fingerprint and by --match.
-        nobody = _start_nobody_runner(planted)
+        token = f"eog-decoy-{uuid.uuid4().hex}"
+        nobody = _start_nobody_runner(planted, token)
         decoys += [ordinary, stranger, nobody]
+        # --match sees the live workers (their go files are in their command lines)
+        # and the other user's orphan, and must spare them all.
+        workers = (live_guarded, live_unguarded, foreign_program)
+        matching = "|".join([*(re.escape(str(w.go_file)) for w in workers), token])
 
         # From a separate process, as an operator would: the live workers are then not
         # the sweeper's own descendants, which it would spare for that reason alone.
-        reports = [cli_sweep("--grace", "0.2"), cli_sweep("--match", "multiprocessing-fork")]
+        reports = [cli_sweep("--grace", "0.2"), cli_sweep("--match", matching)]
         time.sleep(0.3)
         assert scenarios.alive(decoys) == decoys
         decoy_pids = {decoy.pid for decoy in decoys}
@@ -198,13 +209,14 @@ def test_decoys_all_survive_a_sweep(
 def test_another_users_process_survives_even_an_explicit_match(
     planted: list[ProcessIdentity],
 ) -> None:
-    nobody = _start_nobody_runner(planted)
-    report = sweep(match="multiprocessing-fork", any_parent=True, grace=0.2)
+    token = f"eog-nobody-{uuid.uuid4().hex}"
+    nobody = _start_nobody_runner(planted, token)
+    report = sweep(match=token, any_parent=True, grace=0.2, fingerprint=False)
     assert nobody.pid not in {verdict.pid for verdict in report.targets}
     assert liveness(nobody) == "alive"
 
 
-def _start_nobody_runner(planted: list[ProcessIdentity]) -> ProcessIdentity:
+def _start_nobody_runner(planted: list[ProcessIdentity], token: str) -> ProcessIdentity:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("starting a process as another user needs root and setpriv")
     frozen = Path(f"/tmp/eog-nobody-{uuid.uuid4().hex}")
@@ -212,7 +224,7 @@ def _start_nobody_runner(planted: list[ProcessIdentity]) -> ProcessIdentity:
     exo = frozen / "exo"  # looks like exo's frozen app to the fingerprint
     exo.symlink_to("/bin/sh")
     identity = start_orphan(
-        [str(exo), "-c", "sleep 600; :", "exo", "--multiprocessing-fork"], user=NOBODY
+        [str(exo), "-c", "sleep 600; :", "exo", "--multiprocessing-fork", token], user=NOBODY
     )
     planted.append(identity)
     assert psutil.Process(identity.pid).uids().real == NOBODY
@@ -270,7 +282,7 @@ def test_bad_registry_entries_warn_and_never_cause_a_wrong_kill(
         foreign.write_bytes(claims[3].to_json())
         os.chown(foreign, NOBODY, NOBODY)
         expected += 1
-    report = sweep(grace=0.2)
+    report = sweep(grace=0.2, fingerprint=False)
     assert len(report.warnings) == expected, report.warnings
     assert report.targets == ()
     assert scenarios.alive(decoys) == decoys
@@ -285,7 +297,7 @@ def test_an_untrusted_registry_directory_is_not_acted_on(
     planted.append(decoy)
     registry.write(_claim(decoy, ProcessIdentity(Pid(os.getpid()), 1.0), started=decoy.started))
     isolated_environment.chmod(0o777)
-    report = sweep(grace=0.2)
+    report = sweep(grace=0.2, fingerprint=False)
     assert decoy.pid not in {verdict.pid for verdict in report.targets}
     assert "refusing" in report.warnings[0] and liveness(decoy) == "alive"
 
@@ -293,6 +305,7 @@ def test_an_untrusted_registry_directory_is_not_acted_on(
 # --- survivors and exit codes ---------------------------------------------------------
 
 
+@pytest.mark.machine_wide
 def test_an_injected_survivor_is_reported_unkillable_with_exit_code_1(
     exo_python: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -353,6 +366,7 @@ def test_usage_errors_are_one_line_with_exit_code_2(
 # --- concurrency ------------------------------------------------------------------
 
 
+@pytest.mark.machine_wide
 def test_concurrent_sweeps_serialise_and_both_finish(
     exo_python: str, start_worker: StartWorker
 ) -> None:
@@ -381,15 +395,18 @@ def test_a_held_lock_makes_a_sweep_wait(isolated_environment: Path) -> None:
     registry, _ = Registry.open(isolated_environment, create=True)
     assert registry is not None
     with registry.locked(1.0):
-        assert sweep(lock_timeout=0.2).lock_acquired is False
+        assert sweep(lock_timeout=0.2, fingerprint=False).lock_acquired is False
         waited: list[float] = []
-        thread = threading.Thread(target=lambda: waited.append(sweep().elapsed_seconds))
+        thread = threading.Thread(
+            target=lambda: waited.append(sweep(fingerprint=False).elapsed_seconds)
+        )
         thread.start()
         time.sleep(0.5)
     thread.join()
     assert waited[0] >= 0.45
 
 
+@pytest.mark.machine_wide
 def test_a_lock_file_that_cannot_be_opened_is_a_warning(
     exo_python: str, isolated_environment: Path
 ) -> None:
@@ -406,6 +423,7 @@ def test_a_lock_file_that_cannot_be_opened_is_a_warning(
         scenarios.cleanup(worker)
 
 
+@pytest.mark.machine_wide
 def test_a_sweep_racing_process_churn_never_crashes(exo_python: str) -> None:
     stop = threading.Event()
 

@@ -17,10 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exo_orphan_guard import _linux, cli, killing, scenarios, system
-from exo_orphan_guard.identity import ProcessIdentity, liveness
-from exo_orphan_guard.registry import Registry, host_directory
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper import killing
+from exo_orphan_guard.sweeper.registry import Registry, host_directory
+from exo_orphan_guard.sweeper.sweeping import sweep
+from exo_orphan_guard.system._linux import read_stat
+from exo_orphan_guard.system.identity import ProcessIdentity, liveness
+from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.processes import report_of, run_cli, sleeper, start_orphan
 
@@ -30,7 +34,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processe
 def state_of(identity: ProcessIdentity) -> str | None:
     """Its state once pending signals had time to land (a stop is not instant)."""
     time.sleep(0.2)
-    stat = _linux.read_stat(identity.pid)
+    stat = read_stat(identity.pid)
     return None if stat is None or liveness(identity) != "alive" else stat.state
 
 
@@ -38,8 +42,8 @@ def state_of(identity: ProcessIdentity) -> str | None:
 
 _DIE_AFTER_FIRST_STOP = """
 import os, signal, sys
-from exo_orphan_guard import killing
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard.sweeper import killing
+from exo_orphan_guard.sweeper.sweeping import sweep
 
 real = killing.send_signal
 
@@ -135,9 +139,10 @@ def test_a_filesystem_without_locks_is_a_warning(
 
 _RUNNER_DIES_FIRST = """
 import json, os, signal, sys, time
-from exo_orphan_guard import killing, system
-from exo_orphan_guard.identity import identity_of
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard import system
+from exo_orphan_guard.sweeper import killing
+from exo_orphan_guard.system.identity import identity_of
+from exo_orphan_guard.sweeper.sweeping import sweep
 
 runner, child = identity_of(int(sys.argv[1])), int(sys.argv[2])
 real_execute = killing.execute

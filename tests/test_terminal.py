@@ -22,10 +22,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exo_orphan_guard import scenarios, system
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.system.process_facts import Pid
 
 SHELL = Path(__file__).parent / "helpers" / "pty_shell.py"
 CTRL_C = b"\x03"
@@ -96,7 +97,7 @@ def run_job(isolated_environment: Path) -> Iterator[RunJob]:
         master, slave = os.openpty()
         spec = WorkerSpec(runners=runners, watch=watch, spawn_from="main", go_file="/nonexistent")
         env = scenarios.scenario_environment(watch, registry=isolated_environment)
-        argv = [sys.executable, "-m", "exo_orphan_guard.scenario_worker", json.dumps(spec)]
+        argv = [sys.executable, "-m", "exo_orphan_guard.rig.scenario_worker", json.dumps(spec)]
         shell = subprocess.Popen(
             [sys.executable, str(SHELL), mode, *argv],
             stdin=slave,

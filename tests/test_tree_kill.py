@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from exo_orphan_guard import scenarios, system
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.tree_kill import kill_runner_tree
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.watch.tree_kill import kill_runner_tree
 from tests.conftest import StartWorker
 
 # A runner that leads its own group, with a child in the group and a stray that left

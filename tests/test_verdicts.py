@@ -6,11 +6,11 @@ import dataclasses
 import re
 from pathlib import Path
 
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity
-from exo_orphan_guard.process_table import ProcessInfo, ProcessTable
-from exo_orphan_guard.registry import LoadedRecord, RunnerRecord
-from exo_orphan_guard.verdicts import SweepOptions, Verdict, decide
+from exo_orphan_guard.sweeper.process_table import ProcessInfo, ProcessTable
+from exo_orphan_guard.sweeper.registry import LoadedRecord, RunnerRecord
+from exo_orphan_guard.sweeper.verdicts import SweepOptions, Verdict, decide
+from exo_orphan_guard.system.identity import ProcessIdentity
+from exo_orphan_guard.system.process_facts import Pid
 
 ME = ProcessIdentity(Pid(100), 50.0)
 UID = 501

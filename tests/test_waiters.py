@@ -14,8 +14,8 @@ from typing import final
 import psutil
 import pytest
 
-from exo_orphan_guard import waiters
-from exo_orphan_guard.identity import ProcessIdentity, current_identity, identity_of
+from exo_orphan_guard.system.identity import ProcessIdentity, current_identity, identity_of
+from exo_orphan_guard.watch import waiters
 
 
 @pytest.fixture

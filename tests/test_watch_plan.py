@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exo_orphan_guard.runner_watch import (
+from exo_orphan_guard.watch.runner_watch import (
     ParentDeathSignal,
     WatchCapabilities,
     WatchPlan,

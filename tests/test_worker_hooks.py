@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from loguru import logger
 
-from exo_orphan_guard import scenarios, settings, worker
-from exo_orphan_guard.identity import ProcessIdentity, current_identity
-from exo_orphan_guard.sweeping import SweepReport
+from exo_orphan_guard.exo import worker
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.sweeping import SweepReport
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity, current_identity
 from tests.helpers.processes import make_fake_exo_environment
 
 
@@ -37,6 +39,7 @@ async def test_prepare_worker_records_this_process(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv(settings.WORKER_ENV)
 
 
+@pytest.mark.machine_wide
 async def test_worker_sweep_runs_and_logs(
     monkeypatch: pytest.MonkeyPatch, log_lines: list[str]
 ) -> None:
@@ -67,6 +70,7 @@ async def test_bad_toggle_warns_once(monkeypatch: pytest.MonkeyPatch, log_lines:
     assert sum("'sometimes'" in line for line in log_lines) == 1
 
 
+@pytest.mark.machine_wide
 async def test_start_up_sweep_runs_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.TOGGLE_ENV, "1")
     monkeypatch.setattr(worker, "_started_in_this_process", False)
@@ -74,6 +78,7 @@ async def test_start_up_sweep_runs_once_per_process(monkeypatch: pytest.MonkeyPa
     assert await worker.sweep_at_worker_start() is None
 
 
+@pytest.mark.machine_wide
 async def test_a_recognised_runner_failure_is_explained_and_swept(
     monkeypatch: pytest.MonkeyPatch, log_lines: list[str], tmp_path: Path
 ) -> None:

@@ -20,11 +20,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from exo_orphan_guard import _linux, scenarios, system
-from exo_orphan_guard._common import Pid
-from exo_orphan_guard.identity import ProcessIdentity, identity_of, liveness
-from exo_orphan_guard.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
+from exo_orphan_guard.sweeper.sweeping import sweep
+from exo_orphan_guard.system._linux import group_members, read_stat
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
+from exo_orphan_guard.system.process_facts import Pid
 from tests.conftest import StartWorker
 from tests.helpers.processes import NOBODY, report_of, run_cli, start_orphan
 
@@ -34,6 +36,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processe
 # --- 1. a live exo whose worker does not look like exo ---------------------------------
 
 
+@pytest.mark.machine_wide
 @pytest.mark.parametrize("launcher", [(), ("nohup",)])
 def test_runners_of_a_live_worker_started_as_plain_python_survive(
     exo_python: str, launcher: tuple[str, ...]
@@ -93,7 +96,7 @@ def test_members_of_a_reused_group_id_survive(
         assert holder_identity is not None
         planted.append(holder_identity)
         deadline = time.monotonic() + 5
-        while (stat := _linux.read_stat(group)) is None or stat.state != "Z":
+        while (stat := read_stat(group)) is None or stat.state != "Z":
             assert time.monotonic() < deadline
             time.sleep(0.01)
     members = [
@@ -106,13 +109,13 @@ def test_members_of_a_reused_group_id_survive(
     assert registry is not None
     # The runner that once had this pid started earlier, under a worker now dead.
     registry.write(_record(group, started - 50.0, argv=("python", "--multiprocessing-fork")))
-    report = sweep(grace=0.2)
+    report = sweep(grace=0.2, fingerprint=False)
     assert not {verdict.pid for verdict in report.targets} & {m.pid for m in members}
     assert scenarios.alive(members) == members
 
 
 def _linux_group(group: int) -> list[int]:
-    return [int(pid) for pid in _linux.group_members([group])]
+    return [int(pid) for pid in group_members([group])]
 
 
 # --- 3. two sweeps at once ---------------------------------------------------------------
@@ -129,7 +132,10 @@ def test_two_match_sweeps_started_together_never_signal_each_other(
     assert registry is not None
     lock = os.open(registry.path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)  # both sweeps wait for it, then take turns
-    arguments = ["sweep", "--json", "--grace", "0.5", "--match", token, "--any-parent"]
+    arguments = [
+        *("sweep", "--json", "--grace", "0.5", "--registry-only"),
+        *("--match", token, "--any-parent"),
+    ]
     sweeps = [
         subprocess.Popen(
             [sys.executable, "-m", "exo_orphan_guard", *arguments],
@@ -162,7 +168,7 @@ def test_records_of_another_pid_namespace_are_never_read_nor_deleted(
     namespace = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--uts", "--"]
     inside = (
         "import subprocess, sys; subprocess.run(['hostname', 'other-box'], check=True); "
-        "from exo_orphan_guard import scenarios; "
+        "from exo_orphan_guard.rig import scenarios; "
         "w = scenarios.start_worker(['idle']); print('ready', flush=True); sys.stdin.read()"
     )
     other = subprocess.Popen(
@@ -180,7 +186,7 @@ def test_records_of_another_pid_namespace_are_never_read_nor_deleted(
             if path.parent != host_directory(isolated_environment)
         ]
         assert len(theirs) == 1, list(isolated_environment.rglob("*"))
-        report = sweep(grace=0.2)
+        report = sweep(grace=0.2, fingerprint=False)
         assert theirs[0].exists(), "another namespace's live record was deleted"
         assert all(
             verdict.record is None or verdict.record.path != theirs[0]
@@ -196,8 +202,8 @@ def test_records_of_another_pid_namespace_are_never_read_nor_deleted(
 
 _SWEEP_WITH_UNREADABLE = """
 import errno, json, os, sys
-from exo_orphan_guard import _linux
-from exo_orphan_guard.sweeping import sweep
+from exo_orphan_guard.system import _linux
+from exo_orphan_guard.sweeper.sweeping import sweep
 
 path, code = sys.argv[1], getattr(errno, sys.argv[2])
 real = _linux._read_small

@@ -33,7 +33,7 @@ def runner() -> None:
 def main() -> None:
     multiprocessing.freeze_support()
     if sys.argv[1:2] == ["exo-orphan-guard"]:
-        from exo_orphan_guard import cli
+        from exo_orphan_guard.tools import cli
 
         sys.exit(cli.main(sys.argv[2:]))
     multiprocessing.set_start_method("spawn", force=True)

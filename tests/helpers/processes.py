@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from exo_orphan_guard import system
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.scenarios import wait_gone
-from exo_orphan_guard.stand_in_exo import make_exo_environment
+from exo_orphan_guard.rig.scenarios import wait_gone
+from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
 NOBODY = 65534
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exo_orphan_guard import system
-from exo_orphan_guard.identity import ProcessIdentity, identity_of
-from exo_orphan_guard.scenarios import wait_gone
+from exo_orphan_guard.rig.scenarios import wait_gone
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
 _START_TIMEOUT_SECONDS = 10.0
 HOST_KEY_ALIAS = "eog-loopback"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from exo_orphan_guard import scenarios, system
+from exo_orphan_guard import system
+from exo_orphan_guard.rig import scenarios
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 def _role() -> str:
     if "--multiprocessing-fork" in sys.argv:
         return "runner"
-    if "exo_orphan_guard.scenario_worker" in getattr(sys, "orig_argv", ()):
+    if "exo_orphan_guard.rig.scenario_worker" in getattr(sys, "orig_argv", ()):
         return "worker"
     return "other"
 

@@ -1,0 +1,283 @@
+"""Start a stand-in worker, hard-kill it, and time how long its runners outlive it.
+
+Shared by `exo-orphan-guard selftest`, `make demo`, the tests and the benchmarks, so
+that what an operator runs on a Mac is what CI runs on Linux. Observation uses only
+psutil and, on Linux, pidfds: nothing here relies on the guard under test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import final
+
+import psutil
+
+from .. import system
+from ..system import settings
+from ..system.identity import ProcessIdentity, identity_of, liveness
+from ..system.process_facts import Pid
+from .scenario_worker import RunnerKind, SpawnFrom, Watch, WorkerReport, WorkerSpec
+
+_START_TIMEOUT_SECONDS = 60.0
+GIL_SETTLE_SECONDS = 0.3
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StartedRunner:
+    kind: RunnerKind
+    identity: ProcessIdentity
+    children: tuple[ProcessIdentity, ...]
+    """What the runner itself started."""
+    helpers: tuple[ProcessIdentity, ...]
+    """What the guard started for it (its watchdog), found in the process table."""
+
+    @property
+    def tree(self) -> tuple[ProcessIdentity, ...]:
+        return (self.identity, *self.children, *self.helpers)
+
+
+@final
+@dataclass(slots=True)
+class StartedWorker:
+    process: subprocess.Popen[str]
+    runners: tuple[StartedRunner, ...]
+    go_file: Path
+    killed_at: float | None = None
+
+    @property
+    def pid(self) -> Pid:
+        return Pid(self.process.pid)
+
+    def all_processes(self) -> list[ProcessIdentity]:
+        return [identity for runner in self.runners for identity in runner.tree]
+
+
+def scenario_environment(
+    watch: Watch, strategy: settings.Strategy = "auto", registry: Path | None = None
+) -> dict[str, str]:
+    env = dict(os.environ)
+    env[settings.TOGGLE_ENV] = "1" if watch == "guard" else "0"
+    env[settings.STRATEGY_ENV] = strategy
+    env.pop(settings.WORKER_ENV, None)
+    if registry is not None:
+        env[settings.DIR_ENV] = str(registry)
+    return env
+
+
+def start_worker(
+    runners: Sequence[RunnerKind],
+    *,
+    watch: Watch = "guard",
+    strategy: settings.Strategy = "auto",
+    spawn_from: SpawnFrom = "main",
+    registry: Path | None = None,
+    python: str = sys.executable,
+    extra_env: Mapping[str, str] | None = None,
+    launcher: Sequence[str] = (),
+) -> StartedWorker:
+    """Start a worker whose runners are armed (or, for `late`, waiting) on return.
+
+    `launcher` goes before `python` (`nohup`, say); `python` may be a bare name, found
+    on the PATH of `extra_env`, as a shell would run it."""
+    go_file = Path(tempfile.mkdtemp(prefix="eog-go-")) / "go"
+    spec = WorkerSpec(
+        runners=list(runners), watch=watch, spawn_from=spawn_from, go_file=str(go_file)
+    )
+    env = scenario_environment(watch, strategy, registry)
+    env.update(extra_env or {})
+    process = subprocess.Popen(
+        [*launcher, python, "-m", "exo_orphan_guard.rig.scenario_worker", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL if os.environ.get("EOG_SCENARIO_STDERR") != "1" else None,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        report = _read_report(process)
+    except BaseException:  # Ctrl-C included: runners already spawned must go too
+        kill_started(process)
+        raise
+    started = tuple(
+        StartedRunner(
+            kind=kind,
+            identity=_identity(entry["pid"]),
+            children=tuple(_identity(child) for child in entry["children"]),
+            helpers=tuple(
+                _identity(pid)
+                for pid in system.descendants(entry["pid"])
+                if pid not in entry["children"]
+            ),
+        )
+        for kind, entry in zip(runners, report["runners"], strict=True)
+    )
+    return StartedWorker(process=process, runners=started, go_file=go_file)
+
+
+def kill_worker(worker: StartedWorker, *, settle: bool = True, reap_after: float = 0.0) -> float:
+    """SIGKILL the worker's pid alone (never its group: runners share it) and reap it,
+    at once or, like a busy parent, `reap_after` seconds later (in a thread).
+
+    Returns the monotonic time just before the kill. `late` runners are let go after.
+    A `gil` runner is given time to be inside its GIL-holding call first.
+    """
+    if settle and any(runner.kind in ("gil", "deaf") for runner in worker.runners):
+        time.sleep(GIL_SETTLE_SECONDS)
+    killed_at = time.monotonic()
+    os.kill(worker.pid, signal.SIGKILL)
+    if reap_after > 0:
+        reaper = threading.Timer(reap_after, worker.process.wait)
+        reaper.daemon = True
+        reaper.start()
+    else:
+        worker.process.wait()
+    worker.killed_at = killed_at
+    worker.go_file.touch()
+    return killed_at
+
+
+def wait_gone(
+    processes: Sequence[ProcessIdentity], timeout: float
+) -> dict[ProcessIdentity, float | None]:
+    """When each process was first seen gone (monotonic), None if alive at the timeout.
+
+    A zombie counts as gone: it holds no memory and no queue pairs.
+    """
+    exits: dict[ProcessIdentity, float | None] = dict.fromkeys(processes)
+    deadline = time.monotonic() + timeout
+    with _ExitNotifier(processes) as notifier:
+        while True:
+            now = time.monotonic()
+            for identity, seen in exits.items():
+                if seen is None and liveness(identity) == "gone":
+                    exits[identity] = now
+                    notifier.forget(identity)
+            if all(seen is not None for seen in exits.values()) or now >= deadline:
+                return exits
+            notifier.wait(min(deadline - now, 1.0))
+
+
+def kill_started(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """SIGKILL a process this one started and everything below it, half-started or not.
+
+    It is stopped first, so it spawns nothing between the look at its descendants and
+    the kill; its descendants are then killed by identity, never by pid alone.
+    """
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGSTOP)
+    members = [
+        identity
+        for pid in system.descendants(process.pid)
+        if (identity := identity_of(pid)) is not None
+    ]
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    for identity in alive(members):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(identity.pid, signal.SIGKILL)
+    wait_gone(members, timeout=5.0)
+
+
+def alive(processes: Sequence[ProcessIdentity]) -> list[ProcessIdentity]:
+    return [identity for identity in processes if liveness(identity) == "alive"]
+
+
+def cleanup(worker: StartedWorker) -> None:
+    """Leave nothing behind, whatever happened: kill worker, runners, their children."""
+    if worker.process.poll() is None:
+        worker.process.kill()
+        worker.process.wait()
+    worker.go_file.touch()
+    leftovers = [*worker.all_processes()]
+    for identity in leftovers:
+        if liveness(identity) == "alive":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(identity.pid, signal.SIGKILL)
+    wait_gone(leftovers, timeout=5.0)
+    with contextlib.suppress(OSError):
+        worker.go_file.unlink()
+        worker.go_file.parent.rmdir()
+
+
+def describe_process(identity: ProcessIdentity) -> dict[str, object]:
+    """pid, ppid, RSS and age of a live process, for the demo's list of orphans."""
+    try:
+        process = psutil.Process(identity.pid)
+        with process.oneshot():
+            return {
+                "pid": identity.pid,
+                "ppid": process.ppid(),
+                "rss_mib": round(process.memory_info().rss / 2**20, 1),
+                "age_s": round(time.time() - process.create_time(), 2),
+                "state": process.status(),
+            }
+    except psutil.Error:
+        return {"pid": identity.pid, "ppid": None, "rss_mib": None, "age_s": None, "state": "gone"}
+
+
+def _identity(pid: int) -> ProcessIdentity:
+    identity = identity_of(pid)
+    # Reported moments ago by the process itself; gone already means it crashed.
+    return identity if identity is not None else ProcessIdentity(Pid(pid), -1.0)
+
+
+def _read_report(process: subprocess.Popen[str]) -> WorkerReport:
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT_SECONDS)
+    line = process.stdout.readline() if ready else ""
+    if not line:
+        raise RuntimeError(f"scenario worker {process.pid} did not report its runners")
+    report: WorkerReport = json.loads(line)
+    return report
+
+
+@final
+class _ExitNotifier:
+    """Sleeps until one of the processes may have exited: pidfds on Linux, 2 ms naps
+    elsewhere (this measures the guard; it is not the guard)."""
+
+    def __init__(self, processes: Sequence[ProcessIdentity]) -> None:
+        self._fds: dict[ProcessIdentity, int] = {}
+        self._poller = select.poll() if hasattr(os, "pidfd_open") else None
+        if self._poller is None:
+            return
+        for identity in processes:
+            with contextlib.suppress(OSError):
+                fd = os.pidfd_open(identity.pid)
+                self._fds[identity] = fd
+                self._poller.register(fd, select.POLLIN)
+
+    def __enter__(self) -> _ExitNotifier:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def forget(self, identity: ProcessIdentity) -> None:
+        fd = self._fds.pop(identity, None)
+        if fd is not None and self._poller is not None:
+            self._poller.unregister(fd)
+            os.close(fd)
+
+    def wait(self, seconds: float) -> None:
+        if self._poller is None or not self._fds:
+            time.sleep(min(seconds, 0.002))
+        else:
+            self._poller.poll(max(0, int(seconds * 1000)))

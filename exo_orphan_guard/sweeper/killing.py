@@ -1,0 +1,212 @@
+"""Kill escalation: SIGTERM to each orphan and its descendants, a grace, SIGKILL, a wait.
+
+Each orphan's tree is frozen (SIGSTOP) before it is read, so no process can fork a
+child behind the sweep's back, and frozen again before SIGKILL: an orphan still
+starting up may be spawning a child at the very moment it is found. Every stop is
+journaled first and undone however the sweep ends (`freeze_journal`).
+
+A process still there after SIGKILL is stuck in the kernel: Linux state D, or macOS
+state U (ranks in the RDMA driver), which only a reboot ends. It is reported, with
+that advice, never waited on forever. Zombies are gone: they hold no memory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, final
+
+import psutil
+
+from .. import system
+from ..system.identity import ProcessIdentity, identity_of, liveness
+from ..system.process_facts import Pid
+from .freeze_journal import FreezeJournal
+from .process_table import is_guard_command
+
+SignalSender = Callable[[int, int], None]
+send_signal: SignalSender = os.kill
+"""The effect handler that delivers signals; tests swap it to make a survivor."""
+
+Outcome = Literal["killed", "exited", "unkillable"]
+REBOOT_ADVICE: Final = (
+    "it survived SIGKILL, stuck in the kernel; only a reboot frees its memory and RDMA resources"
+)
+_WAIT_STEP_SECONDS: Final = 0.01
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class KillResult:
+    target: ProcessIdentity
+    outcome: Outcome
+    """killed: gone after our signals; exited: gone before any was needed;
+    unkillable: still there after SIGKILL."""
+    signals: tuple[str, ...]
+    """SIGTERM and/or SIGKILL, as sent to the target (SIGSTOP/SIGCONT not listed)."""
+    descendants: tuple[Pid, ...]
+    stuck_state: str | None = None
+    left: tuple[Pid, ...] = ()
+    """Survivors among the target and its descendants."""
+
+    @property
+    def advice(self) -> str | None:
+        return REBOOT_ADVICE if self.outcome == "unkillable" else None
+
+
+@final
+class _Family:
+    """A target and every descendant found so far that it may signal."""
+
+    def __init__(self, target: ProcessIdentity) -> None:
+        self.target = target
+        self.uid = _uid_of(target.pid)
+        self.members: list[ProcessIdentity] = [target]
+        self.sent: list[str] = []
+
+
+@final
+class _Freezer:
+    """Stops members, each written to the journal first; none without a journal."""
+
+    def __init__(self, journal: FreezeJournal | None) -> None:
+        self._journal = journal
+        self._stopped: list[ProcessIdentity] = []
+
+    def stop(self, member: ProcessIdentity) -> None:
+        if self._journal is None or member in self._stopped or not self._journal.add(member):
+            return
+        self._stopped.append(member)  # before the signal: whatever interrupts it, undo it
+        _send(member, signal.SIGSTOP)
+
+    def release(self) -> None:
+        """Continue whatever is stopped and still there, however `execute` ended."""
+        for member in self._stopped:
+            _send(member, signal.SIGCONT)
+
+
+def execute(
+    targets: Sequence[ProcessIdentity],
+    protected: Collection[int],
+    grace: float,
+    kill_wait: float,
+    journal: FreezeJournal | None,
+) -> list[KillResult]:
+    """Kill each target and its descendants. With a `journal`, each tree is frozen
+    while it is read; without one nothing is ever stopped (a sweeper that died would
+    leave it stopped), and the tree is read again right before SIGKILL instead."""
+    families = [_Family(target) for target in targets]
+    claimed: set[int] = {target.pid for target in targets} | set(protected)
+    freezer = _Freezer(journal)
+    try:
+        _gather(families, claimed, freezer)
+        if grace > 0:
+            _signal(families, signal.SIGTERM, "SIGTERM")
+            _signal(families, signal.SIGCONT, None)  # a stopped process acts on TERM once continued
+            _wait_until_gone(families, grace)
+            _gather(families, claimed, freezer)
+        _signal(families, signal.SIGKILL, "SIGKILL")
+        _wait_until_gone(families, kill_wait)
+    finally:
+        freezer.release()
+    return [_result(family) for family in families]
+
+
+def preview(
+    targets: Sequence[ProcessIdentity], protected: Collection[int]
+) -> dict[Pid, tuple[Pid, ...]]:
+    """What `execute` would signal besides each target (its descendants), signalling
+    nothing: what `scan` and `--dry-run` list."""
+    families = [_Family(target) for target in targets]
+    _gather(families, {target.pid for target in targets} | set(protected), _Freezer(None))
+    return {
+        family.target.pid: tuple(member.pid for member in family.members[1:]) for family in families
+    }
+
+
+def _gather(families: Sequence[_Family], claimed: set[int], freezer: _Freezer) -> None:
+    """Stop every member (if journaled), then look for new descendants, until none
+    appear. A descendant is taken only if it has the target's user and is not another
+    exo-orphan-guard process."""
+    while True:
+        for family in families:
+            for member in family.members:
+                freezer.stop(member)
+        grew = False
+        for family in families:
+            for member in list(family.members):
+                for pid in system.child_pids(member.pid):
+                    if pid in claimed or not _may_signal(pid, family.uid):
+                        continue
+                    child = identity_of(pid)
+                    if child is not None:
+                        claimed.add(pid)
+                        family.members.append(child)
+                        grew = True
+        if not grew:
+            return
+
+
+def _signal(families: Sequence[_Family], number: int, name: str | None) -> None:
+    for family in families:
+        for member in family.members:
+            if _send(member, number) and name is not None and member == family.target:
+                family.sent.append(name)
+
+
+def _send(member: ProcessIdentity, number: int) -> bool:
+    # Re-checked right before each signal: the pid may have been reused since.
+    if liveness(member) != "alive":
+        return False
+    try:
+        send_signal(member.pid, number)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _wait_until_gone(families: Sequence[_Family], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    pending = [member for family in families for member in family.members]
+    while pending:
+        pending = [member for member in pending if liveness(member) != "gone"]
+        if not pending or time.monotonic() >= deadline:
+            return
+        time.sleep(_WAIT_STEP_SECONDS)
+
+
+def _result(family: _Family) -> KillResult:
+    left = tuple(member.pid for member in family.members if liveness(member) != "gone")
+    outcome: Outcome = "unkillable" if left else "killed" if family.sent else "exited"
+    stuck = next((state for pid in left if (state := system.stuck_state(pid)) is not None), None)
+    return KillResult(
+        target=family.target,
+        outcome=outcome,
+        signals=tuple(family.sent),
+        descendants=tuple(member.pid for member in family.members[1:]),
+        stuck_state=stuck,
+        left=left,
+    )
+
+
+def _uid_of(pid: int) -> int | None:
+    try:
+        return psutil.Process(pid).uids().effective
+    except psutil.Error:
+        return None
+
+
+def _may_signal(pid: int, uid: int | None) -> bool:
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return (
+                uid is not None
+                and process.uids().effective == uid
+                and not is_guard_command(process.cmdline())
+            )
+    except psutil.Error:
+        return False

@@ -1,0 +1,287 @@
+"""A snapshot of the processes a sweep may need to judge, and nothing more.
+
+Reading everything about every process is what makes `psutil.process_iter` slow on a
+busy Mac. A sweep reads each process's command line once (cheap, straight from /proc
+on Linux), keeps the few that could be runners, and only then asks psutil for details
+about those, their parents, recorded runners and their workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Literal, TypeVar, final
+
+import psutil
+
+from .. import system
+from ..system.identity import ProcessIdentity, current_identity
+from ..system.process_facts import MemoryUsage, Pid
+from ..system.settings import RUNNER_ENV
+from .exo_detect import ExoExecutables
+
+SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
+_SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
+GUARD_COMMAND: Final = "exo-orphan-guard"
+_GUARD_MODULES: Final = frozenset({"exo_orphan_guard", "exo_orphan_guard.tools.cli"})
+T = TypeVar("T")
+_MAX_DEPTH: Final = 256
+
+
+def is_guard_command(argv: Sequence[str]) -> bool:
+    """Whether this is, or runs, an `exo-orphan-guard` command other than `exec`:
+    another sweep or scan, or the ssh (or shell) carrying one to this host for a
+    `sweep --hosts`. No sweep signals one, whatever `--match` says: both command lines
+    hold the same regex. An `exec` wrapper is not spared: it is guarded and recorded
+    like a runner, and judged like one."""
+    words = [word for part in argv for word in part.split()] if argv else []
+    for index, word in enumerate(words):
+        if os.path.basename(word) == GUARD_COMMAND:
+            rest = words[index + 1 :]
+        elif word == "-m" and index + 1 < len(words) and words[index + 1] in _GUARD_MODULES:
+            rest = words[index + 2 :]
+        else:
+            continue
+        command = next((later for later in rest if not later.startswith("-")), "")
+        return command != "exec"
+    return False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    pid: Pid
+    ppid: int
+    started: float
+    uid: int
+    argv: tuple[str, ...]
+    exe: str | None
+    status: str
+    rss: int | None
+    create_time: float
+    runs_exo: bool
+    pgid: int | None = None
+    pipes: frozenset[int] | None = None
+    """Pipe inodes it holds, read for spawn children and their parents; None: unknown."""
+    runner_marker: str | None = None
+    """EXO_ORPHAN_GUARD_RUNNER from its environment: the guarded runner it descends from
+    (read for members of dead runners' groups only)."""
+    marker_readable: bool = False
+    memory: MemoryUsage | None = None
+    """Physical footprint on macOS (RSS hides Metal memory there), RSS elsewhere."""
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.started)
+
+    @property
+    def exited(self) -> bool:
+        return self.status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+    @property
+    def is_spawn_child(self) -> bool:
+        return SPAWN_CHILD_FLAG in self.argv
+
+    @property
+    def is_guard(self) -> bool:
+        return is_guard_command(self.argv)
+
+    def age_seconds(self, now: float) -> float:
+        return max(0.0, now - self.create_time)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProcessTable:
+    processes: Mapping[Pid, ProcessInfo]
+    me: ProcessIdentity
+    uid: int
+    protected: frozenset[int]
+    """This process, its ancestors and its descendants: never killed by its own sweep.
+    Also whatever could not be placed: a process whose ancestry cannot be read."""
+    boot_id: str
+    taken_at: float
+    unreadable: frozenset[int] = frozenset()
+    """Pids that exist but could not be read: never taken for gone."""
+    scanned_groups: frozenset[int] = frozenset()
+    """Process groups whose members were all read (with their environments)."""
+    pipes_visible: bool = False
+    """Whether `ProcessInfo.pipes` can be read here (Linux), so that a live parent
+    holding none of a spawn child's pipes proves it is not the spawner."""
+
+
+def gather(
+    interesting: Iterable[int],
+    *,
+    fingerprint: bool,
+    match: re.Pattern[str] | None,
+    groups: Collection[int] = (),
+) -> ProcessTable:
+    """Snapshot `interesting` pids, plus spawn children (`fingerprint`) or processes
+    whose command line matches `match`, plus members of process `groups`, plus the
+    parents of all of those."""
+    wanted: set[int] = set(interesting)
+    if fingerprint or match is not None:
+        wanted.update(_scan_command_lines(fingerprint, match))
+    members: set[int] = set(system.group_members(groups)) if groups else set()
+    wanted.update(members)
+    processes: dict[Pid, ProcessInfo] = {}
+    unreadable: set[int] = set()
+
+    def describe(pid: int) -> None:
+        info = _describe(pid)
+        if info == "unreadable":
+            unreadable.add(pid)
+        elif info != "gone":
+            processes[info.pid] = info
+
+    for pid in sorted(wanted):
+        describe(pid)
+    # Parents decide whether a spawn child is an orphan: describe them too.
+    for info in list(processes.values()):
+        if info.ppid > 0 and info.ppid not in processes:
+            describe(info.ppid)
+    _mark_exo(processes)
+    _read_spawn_pipes(processes)
+    _read_runner_markers(processes, groups)
+    me = current_identity()
+    return ProcessTable(
+        processes=processes,
+        me=me,
+        uid=os.geteuid(),
+        protected=frozenset(_protected(me.pid, processes)),
+        boot_id=system.boot_id(),
+        taken_at=time.time(),
+        unreadable=frozenset(unreadable),
+        scanned_groups=frozenset(groups),
+        pipes_visible=system.PIPES_VISIBLE,
+    )
+
+
+def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
+    """Look on disk only where the fingerprint rule needs it: spawn children."""
+    exo = ExoExecutables()
+    for info in list(processes.values()):
+        if info.is_spawn_child and exo.recognises(info.argv, info.exe):
+            processes[info.pid] = dataclasses.replace(info, runs_exo=True)
+
+
+def _read_spawn_pipes(processes: dict[Pid, ProcessInfo]) -> None:
+    """Pipes of exo's spawn children with a live parent, and of that parent."""
+    if not system.PIPES_VISIBLE:
+        return
+    for info in list(processes.values()):
+        parent = processes.get(Pid(info.ppid))
+        if not info.runs_exo or parent is None or parent.exited:
+            continue
+        for pid in (info.pid, parent.pid):
+            process = processes[pid]
+            if process.pipes is None:
+                processes[pid] = dataclasses.replace(process, pipes=system.pipe_inodes(pid))
+
+
+def _read_runner_markers(processes: dict[Pid, ProcessInfo], groups: Collection[int]) -> None:
+    for info in list(processes.values()):
+        if info.pgid not in groups:
+            continue
+        try:
+            marker = system.environment_value(info.pid, RUNNER_ENV)
+        except PermissionError:
+            continue
+        processes[info.pid] = dataclasses.replace(info, runner_marker=marker, marker_readable=True)
+
+
+def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> list[int]:
+    found: list[int] = []
+    for pid, raw in system.iter_command_lines():
+        words = raw.rstrip(b"\0").split(b"\0")
+        if fingerprint and _SPAWN_CHILD_WORD in words:
+            found.append(pid)
+        elif match is not None:
+            line = " ".join(word.decode(errors="replace") for word in words)
+            if match.search(line):
+                found.append(pid)
+    return found
+
+
+def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
+    try:
+        start = system.read_start(pid)
+    except PermissionError:
+        return "unreadable"
+    if start is None:
+        return "gone"
+    try:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            ppid = process.ppid()
+            uid = process.uids().effective
+            status = process.status()
+            create_time = process.create_time()
+            argv = _or_empty(process.cmdline)
+            exe = _or_none(process.exe)
+            rss = _or_none(lambda: process.memory_info().rss)
+        pgid = os.getpgid(pid)
+    except (psutil.NoSuchProcess, ProcessLookupError):
+        return "gone"
+    except (psutil.Error, OSError):  # OSError too: psutil 7.2.1 on macOS (#2708)
+        return "unreadable"
+    memory = system.memory_usage(pid)
+    return ProcessInfo(
+        pid=Pid(pid),
+        ppid=ppid,
+        started=start.started,
+        uid=uid,
+        argv=tuple(argv),
+        exe=exe or None,
+        status=psutil.STATUS_ZOMBIE if start.exited else status,
+        rss=rss,
+        create_time=create_time,
+        runs_exo=False,
+        pgid=pgid,
+        memory=memory,
+    )
+
+
+def _or_empty(read: Callable[[], list[str]]) -> list[str]:
+    try:
+        return read()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
+def _or_none(read: Callable[[], T]) -> T | None:
+    try:
+        return read()
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def _protected(me: int, processes: Mapping[Pid, ProcessInfo]) -> set[int]:
+    """`me`, its ancestors, and those of `processes` that descend from it (or whose
+    ancestry cannot be read): found by walking up from each (a few steps), never by
+    walking down the whole tree."""
+    protected = {me, *(_ancestry(me) or ())}
+    for pid in processes:
+        ancestry = _ancestry(pid)
+        if ancestry is None or me in ancestry:
+            protected.add(pid)
+    return protected
+
+
+def _ancestry(pid: int) -> list[int] | None:
+    """Parent, grandparent, ... up to pid 1; None if a link cannot be read."""
+    chain: list[int] = []
+    current: int | None = pid
+    while current is not None and current > 1 and len(chain) < _MAX_DEPTH:
+        try:
+            current = system.parent_pid(current)
+        except PermissionError:
+            return None
+        if current is not None and current > 0:
+            chain.append(current)
+    return chain

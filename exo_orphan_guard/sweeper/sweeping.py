@@ -1,0 +1,317 @@
+"""The startup sweep: find runners that outlived their worker and kill them.
+
+`sweep()` locks the registry, reads it, snapshots the process table, lets
+`verdicts.decide` judge, then acts: kills targets (`killing`), deletes stale records.
+`sweep_async()` runs the same in a worker thread for exo's event loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, ParamSpec, TypeVar, final
+
+from ..system import settings
+from ..system.identity import ProcessIdentity, current_identity, liveness
+from ..system.process_facts import Pid
+from . import killing, process_table
+from .freeze_journal import FreezeJournal, thaw_abandoned
+from .killing import KillResult
+from .process_table import ProcessTable
+from .registry import LoadedRecord, LockUnavailableError, Registry
+from .verdicts import SweepOptions, Verdict, decide
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_KILL_WAIT_SECONDS: Final = 2.0
+DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 15.0
+_PASSES: Final = 2
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    verdicts: tuple[Verdict, ...]
+    results: tuple[KillResult, ...]
+    warnings: tuple[str, ...]
+    dry_run: bool
+    registry: Path | None
+    elapsed_seconds: float
+    lock_acquired: bool = True
+    would_signal: Mapping[Pid, tuple[Pid, ...]] = field(default_factory=dict[Pid, tuple[Pid, ...]])
+    """Dry runs: each target's descendants, which a sweep would signal with it."""
+    other_users_spared: int = 0
+    continued: tuple[ProcessIdentity, ...] = ()
+    """Processes a dead sweeper had left stopped, continued by this sweep."""
+
+    @property
+    def targets(self) -> tuple[Verdict, ...]:
+        return tuple(verdict for verdict in self.verdicts if verdict.action == "kill")
+
+    @property
+    def survivors(self) -> tuple[KillResult, ...]:
+        return tuple(result for result in self.results if result.outcome == "unkillable")
+
+    @property
+    def exit_code(self) -> int:
+        """0 nothing left; 1 orphans remain (or would, for a dry run)."""
+        if self.dry_run:
+            return 1 if self.targets else 0
+        return 1 if self.survivors or not self.lock_acquired else 0
+
+    def summary(self) -> str:
+        if not self.lock_acquired:
+            return "another sweep held the registry lock: nothing done"
+        if self.dry_run:
+            text = f"{len(self.targets)} orphan(s) found, nothing killed (dry run)"
+        else:
+            killed = sum(result.outcome != "unkillable" for result in self.results)
+            text = (
+                f"{len(self.targets)} orphan(s) found, {killed} gone, "
+                f"{len(self.survivors)} unkillable"
+            )
+        if self.other_users_spared:
+            text += (
+                f"; {self.other_users_spared} matching process(es) of other users spared "
+                "(never touched unless --all-users)"
+            )
+        return text
+
+
+def sweep(
+    *,
+    dry_run: bool = False,
+    registry_dir: Path | None = None,
+    grace: float | None = None,
+    kill_wait: float = DEFAULT_KILL_WAIT_SECONDS,
+    fingerprint: bool = True,
+    match: str | re.Pattern[str] | None = None,
+    any_parent: bool = False,
+    all_users: bool = False,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+) -> SweepReport:
+    """Kill runners whose worker is dead; spare everything else.
+
+    Targets: recorded runners whose recorded worker is gone, and what they provably
+    started; with `fingerprint`, exo spawn children whose spawner is gone; with
+    `match`, processes whose command line matches and that were reparented (or, with
+    `any_parent`, any). Never: this process, its ancestors and descendants, another
+    exo-orphan-guard process, other users' processes (unless `all_users`, root only),
+    a process whose start time or command line differs from its record, a process it
+    cannot read.
+
+    `grace` (default EXO_ORPHAN_GUARD_GRACE, else 2 s) separates SIGTERM from SIGKILL.
+    Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
+    without root; everything else wrong (unreadable registry, corrupt records, racing
+    processes) becomes a warning in the report.
+    """
+    started = time.monotonic()
+    options = _options(fingerprint, match, any_parent, all_users)
+    warnings: list[str] = []
+    if grace is None:
+        parsed = settings.parse_grace(os.environ.get(settings.GRACE_ENV))
+        grace = parsed.value
+        if parsed.warning is not None:
+            warnings.append(parsed.warning)
+    path = registry_dir if registry_dir is not None else settings.registry_dir()
+    registry, problem = Registry.open(path, create=not dry_run)
+    if problem is not None:
+        warnings.append(problem)
+
+    def report(outcome: _Outcome, locked: bool = True) -> SweepReport:
+        return SweepReport(
+            verdicts=outcome.verdicts,
+            results=outcome.results,
+            warnings=tuple(warnings),
+            dry_run=dry_run,
+            registry=None if registry is None else registry.path,
+            elapsed_seconds=time.monotonic() - started,
+            lock_acquired=locked,
+            would_signal=outcome.would_signal,
+            other_users_spared=sum(
+                verdict.action == "spare"
+                and verdict.process is not None
+                and verdict.process.uid != os.geteuid()
+                for verdict in outcome.verdicts
+            ),
+            continued=outcome.continued,
+        )
+
+    if dry_run:
+        table, verdicts = judge(registry, options, warnings)
+        return report(_Outcome(verdicts, (), killing.preview(_targets(verdicts), table.protected)))
+    if registry is None:
+        return report(_kill_orphans(None, options, warnings, grace, kill_wait))
+    try:
+        with registry.locked(lock_timeout) as acquired:
+            if not acquired:
+                return report(_Outcome((), ()), locked=False)
+            registry.remove_stale_temporaries(time.time())
+            return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+    except LockUnavailableError as error:
+        warnings.append(f"{error.strerror}: sweeping without it")
+    return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    verdicts: tuple[Verdict, ...]
+    results: tuple[KillResult, ...]
+    would_signal: Mapping[Pid, tuple[Pid, ...]] = field(default_factory=dict[Pid, tuple[Pid, ...]])
+    continued: tuple[ProcessIdentity, ...] = ()
+
+
+def _kill_orphans(
+    registry: Registry | None,
+    options: SweepOptions,
+    warnings: list[str],
+    grace: float,
+    kill_wait: float,
+) -> _Outcome:
+    """Judge and act; once more if a recorded runner that led its own process group
+    went meanwhile, so that what it left in its group is judged on the same records
+    (a runner can die between the snapshot and the kill, its children reparented
+    out of reach of the tree walk)."""
+    continued: list[ProcessIdentity] = []
+    journal: FreezeJournal | None = None
+    if registry is not None:
+        continued = thaw_abandoned(registry.path)
+        journal = FreezeJournal.create(registry.path, current_identity())
+    verdicts: list[Verdict] = []
+    results: list[KillResult] = []
+    try:
+        for _ in range(_PASSES):
+            table, judged = judge(registry, options, warnings)
+            acted = _act(registry, table, judged, grace, kill_wait, journal)
+            seen = {(verdict.pid, verdict.action) for verdict in verdicts}
+            verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
+            results.extend(acted)
+            if not _left_groups(judged, acted):
+                break
+    finally:
+        if journal is not None:
+            journal.close()
+    return _Outcome(tuple(verdicts), tuple(results), continued=tuple(continued))
+
+
+def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> bool:
+    """Whether a recorded runner that led its own group went during this pass."""
+    gone = {result.target.pid for result in results if result.outcome != "unkillable"}
+    return any(
+        verdict.again
+        or (
+            verdict.rule == "registry"
+            and verdict.pid in gone
+            and verdict.record is not None
+            and verdict.record.record.pgid == verdict.record.record.pid
+        )
+        for verdict in verdicts
+    )
+
+
+def _in_worker_thread(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        import anyio.to_thread  # only exo's event loop needs it: the CLI starts without
+
+        return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
+
+    return run
+
+
+sweep_async = _in_worker_thread(sweep)
+"""`sweep()` in a worker thread, so exo's event loop keeps running meanwhile."""
+
+
+def _options(
+    fingerprint: bool, match: str | re.Pattern[str] | None, any_parent: bool, all_users: bool
+) -> SweepOptions:
+    if any_parent and match is None:
+        raise ValueError("--any-parent needs --match: it never applies to exo's own runners")
+    if all_users and os.geteuid() != 0:
+        raise ValueError("--all-users needs root: only root may signal other users' processes")
+    if isinstance(match, str):
+        try:
+            match = re.compile(match)
+        except re.error as error:
+            raise ValueError(
+                f"--match {match!r} is not a valid regular expression: {error}"
+            ) from error
+    return SweepOptions(
+        fingerprint=fingerprint, match=match, any_parent=any_parent, all_users=all_users
+    )
+
+
+def judge(
+    registry: Registry | None, options: SweepOptions, warnings: list[str]
+) -> tuple[ProcessTable, tuple[Verdict, ...]]:
+    records: list[LoadedRecord] = []
+    if registry is not None:
+        records, problems = registry.load()
+        warnings.extend(problems)
+    interesting = {
+        pid for loaded in records for pid in (loaded.record.pid, loaded.record.worker.pid)
+    }
+    # Only the group of a runner that is gone (or whose worker is, so that the runner
+    # may go any moment) can hold leftovers to judge; scanning for group members reads
+    # every process, so it is done only then.
+    groups = {
+        loaded.record.pgid
+        for loaded in records
+        if loaded.record.pgid is not None
+        and (
+            liveness(loaded.record.identity) == "gone" or liveness(loaded.record.worker) != "alive"
+        )
+    }
+    table = process_table.gather(
+        interesting, fingerprint=options.fingerprint, match=options.match, groups=groups
+    )
+    return table, decide(table, records, options)
+
+
+def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
+    return [
+        verdict.process.identity
+        for verdict in verdicts
+        if verdict.action == "kill" and verdict.process is not None
+    ]
+
+
+def _act(
+    registry: Registry | None,
+    table: ProcessTable,
+    verdicts: Sequence[Verdict],
+    grace: float,
+    kill_wait: float,
+    journal: FreezeJournal | None,
+) -> list[KillResult]:
+    results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal)
+    if registry is not None:
+        left = {result.target.pid for result in results if result.outcome == "unkillable"}
+        for path in _settled_records(verdicts, left):
+            registry.remove(path)
+    return results
+
+
+def _settled_records(verdicts: Sequence[Verdict], left: Collection[int]) -> set[Path]:
+    """Records nothing more can come of: the runner is gone and every leftover of its
+    group went too. A runner killed now keeps its record until a pass finds it gone,
+    so that its group is judged; one without a group of its own needs no such pass."""
+    settled: set[Path] = set()
+    kept: set[Path] = set()
+    for verdict in verdicts:
+        if verdict.record is None:
+            continue
+        record = verdict.record.record
+        killed_alone = verdict.rule == "registry" and record.pgid != record.pid
+        if verdict.action == "forget" or (killed_alone and verdict.pid not in left):
+            settled.add(verdict.record.path)
+        elif verdict.rule == "registry-group" and verdict.pid in left:
+            kept.add(verdict.record.path)
+    return settled - kept

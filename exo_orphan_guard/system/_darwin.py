@@ -1,0 +1,177 @@
+"""macOS: psutil for everything, plus `ps`, sysctl and libproc for what psutil lacks.
+
+Run on macOS by operators (`exo-orphan-guard selftest`), not by this project's CI,
+which runs the rest of the portable backend on Linux: keep it this small, and keep
+each OS call in a few lines whose library tests inject.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from collections.abc import Callable
+from functools import cache
+from typing import Final, Protocol, cast
+
+from ._posix import (
+    PIPES_VISIBLE,
+    become_child_subreaper,
+    child_pids,
+    close_files_from,
+    descendant_pids,
+    environment_value,
+    forked_by_main_thread,
+    group_members,
+    is_stopped,
+    iter_command_lines,
+    parent_pid,
+    pipe_inodes,
+    read_start,
+    set_parent_death_signal,
+)
+from ._posix import boot_id as posix_boot_id
+from ._posix import memory_usage as posix_memory_usage
+from .process_facts import MemoryUsage
+
+__all__ = [
+    "PIPES_VISIBLE",
+    "become_child_subreaper",
+    "boot_id",
+    "child_pids",
+    "close_files_from",
+    "descendant_pids",
+    "environment_value",
+    "forked_by_main_thread",
+    "group_members",
+    "is_stopped",
+    "iter_command_lines",
+    "memory_usage",
+    "parent_pid",
+    "pipe_inodes",
+    "read_start",
+    "set_parent_death_signal",
+    "stuck_state",
+    "stuck_state_from_ps",
+]
+
+_RUSAGE_INFO_V0: Final = 0
+
+
+class DarwinLibc(Protocol):
+    """The two libSystem calls used here (tests pass a fake)."""
+
+    def sysctlbyname(
+        self,
+        name: bytes,
+        old: ctypes.Array[ctypes.c_char] | None,
+        old_size: object,
+        new: None,
+        new_size: int,
+        /,
+    ) -> int: ...
+
+    def proc_pid_rusage(self, pid: int, flavor: int, buffer: object, /) -> int: ...
+
+
+class RusageInfoV0(ctypes.Structure):
+    """`struct rusage_info_v0` from <sys/resource.h>: the fields up to the footprint."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("ri_uuid", ctypes.c_uint8 * 16),
+        ("ri_user_time", ctypes.c_uint64),
+        ("ri_system_time", ctypes.c_uint64),
+        ("ri_pkg_idle_wkups", ctypes.c_uint64),
+        ("ri_interrupt_wkups", ctypes.c_uint64),
+        ("ri_pageins", ctypes.c_uint64),
+        ("ri_wired_size", ctypes.c_uint64),
+        ("ri_resident_size", ctypes.c_uint64),
+        ("ri_phys_footprint", ctypes.c_uint64),
+        ("ri_proc_start_abstime", ctypes.c_uint64),
+        ("ri_proc_exit_abstime", ctypes.c_uint64),
+    )
+
+
+def sysctl_string(name: str, libc: DarwinLibc) -> str | None:
+    """A string sysctl by name (`sysctlbyname(3)`): size first, then the value."""
+    size = ctypes.c_size_t(0)
+    if libc.sysctlbyname(name.encode(), None, ctypes.pointer(size), None, 0) != 0:
+        return None
+    buffer = ctypes.create_string_buffer(size.value + 1)
+    size.value = len(buffer)
+    if libc.sysctlbyname(name.encode(), buffer, ctypes.pointer(size), None, 0) != 0:
+        return None
+    return buffer.value.decode(errors="replace") or None
+
+
+def boot_session(libc: DarwinLibc) -> str | None:
+    """`kern.bootsessionuuid`: set once per boot, never derived from a clock."""
+    return sysctl_string("kern.bootsessionuuid", libc)
+
+
+def physical_footprint(pid: int, libc: DarwinLibc) -> int | None:
+    """`ri_phys_footprint` from `proc_pid_rusage`: Metal buffers included, unlike RSS."""
+    info = RusageInfoV0()
+    if libc.proc_pid_rusage(pid, _RUSAGE_INFO_V0, ctypes.pointer(info)) != 0:
+        return None
+    return int(info.ri_phys_footprint)
+
+
+@cache
+def _libc() -> DarwinLibc:
+    libc = ctypes.CDLL(None, use_errno=True)
+    size_pointer = ctypes.POINTER(ctypes.c_size_t)
+    libc.sysctlbyname.argtypes = (
+        ctypes.c_char_p,
+        ctypes.c_void_p,
+        size_pointer,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+    )
+    libc.sysctlbyname.restype = ctypes.c_int
+    libc.proc_pid_rusage.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+    libc.proc_pid_rusage.restype = ctypes.c_int
+    return cast(DarwinLibc, libc)
+
+
+@cache
+def boot_id() -> str:
+    return boot_session(_libc()) or posix_boot_id()
+
+
+def memory_usage(pid: int, libc: DarwinLibc | None = None) -> MemoryUsage | None:
+    footprint = physical_footprint(pid, libc or _libc())
+    if footprint is None:
+        return posix_memory_usage(pid)
+    return MemoryUsage("footprint", footprint)
+
+
+def stuck_state_from_ps(stat_column: str) -> str | None:
+    """`U` (uninterruptible wait) or `D` from `ps -o stat=` output, `?` where ps could
+    not inspect the process (hardened-runtime apps): unknown, not "not stuck". Else None.
+
+    psutil maps macOS states from `kinfo_proc.p_stat`, which has no such state; the
+    flag only shows in ps's STAT column (e.g. `Us+`), where ranks stuck in the RDMA
+    driver sit and ignore SIGKILL.
+    """
+    flags = stat_column.strip()
+    if not flags:
+        return None
+    return flags[0] if flags[0] in ("U", "D", "?") else None
+
+
+def stuck_state(pid: int, run_ps: Callable[[int], str] | None = None) -> str | None:
+    return stuck_state_from_ps((run_ps or _ps_stat)(pid))
+
+
+def _ps_stat(pid: int) -> str:
+    try:
+        completed = subprocess.run(
+            ["/bin/ps", "-o", "stat=", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return completed.stdout

@@ -1,0 +1,230 @@
+"""Linux: read /proc directly and call prctl.
+
+psutil would do all of this too, but slower: the watch and the registry sweep sit on
+hot paths, and a full scan touches every process on the machine.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from functools import cache
+from typing import Final, final
+
+from .process_facts import Pid, ProcessStart
+
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_PR_SET_PDEATHSIG: Final = 1
+_PR_SET_CHILD_SUBREAPER: Final = 36
+_EXITED_STATES: Final = frozenset({"Z", "X", "x"})
+
+PIPES_VISIBLE = True
+"""`pipe_inodes` answers for processes of this user."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StatFields:
+    state: str
+    ppid: int
+    pgrp: int
+    start_ticks: int
+
+
+def read_stat(pid: int) -> StatFields | None:
+    """None once the process is gone; PermissionError if it exists but cannot be read.
+
+    Only ENOENT and ESRCH mean gone: EMFILE, EACCES and the like say nothing about the
+    process, and a sweep that took them for "gone" would judge on a guess.
+    """
+    try:
+        data = _read_small(f"/proc/{pid}/stat")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as error:
+        raise _unreadable(pid, error) from error
+    if not data:
+        return None  # the process was reaped between open and read
+    # comm (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = data[data.rindex(b")") + 2 :].split()
+    return StatFields(
+        state=fields[0].decode(),
+        ppid=int(fields[1]),
+        pgrp=int(fields[2]),
+        start_ticks=int(fields[19]),
+    )
+
+
+def read_start(pid: int) -> ProcessStart | None:
+    stat = read_stat(pid)
+    if stat is None:
+        return None
+    return ProcessStart(stat.start_ticks / _CLOCK_TICKS, stat.state in _EXITED_STATES)
+
+
+def parent_pid(pid: int) -> int | None:
+    """None once gone; PermissionError if unreadable."""
+    stat = read_stat(pid)
+    return None if stat is None else stat.ppid
+
+
+@cache
+def boot_id() -> str:
+    return _read_small("/proc/sys/kernel/random/boot_id").decode().strip()
+
+
+def forked_by_main_thread(parent: int, child: int) -> bool | None:
+    """Whether `child` hangs off `parent`'s main thread (None: the kernel won't say).
+
+    PR_SET_PDEATHSIG fires when the parent *thread* exits, so it is only safe for a
+    child of the main thread, which lives as long as the process.
+    """
+    try:
+        children = _read_small(f"/proc/{parent}/task/{parent}/children")
+    except FileNotFoundError:
+        # No such file with the process still there: CONFIG_PROC_CHILDREN is off.
+        return None if os.path.isdir(f"/proc/{parent}/task/{parent}") else False
+    except OSError:
+        return None
+    return str(child).encode() in children.split()
+
+
+def set_parent_death_signal(signal_number: int) -> bool:
+    return _prctl(_PR_SET_PDEATHSIG, signal_number)
+
+
+def become_child_subreaper() -> bool:
+    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def child_pids(pid: int) -> list[Pid]:
+    found: list[Pid] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            data = _read_small(f"/proc/{pid}/task/{task}/children")
+        except OSError:
+            continue
+        found.extend(Pid(int(word)) for word in data.split())
+    return found
+
+
+def stuck_state(pid: int) -> str | None:
+    """'D' for uninterruptible sleep, the state in which even SIGKILL waits."""
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return None
+    return "D" if stat is not None and stat.state == "D" else None
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return False
+    return stat is not None and stat.state in ("T", "t")
+
+
+def pipe_inodes(pid: int) -> frozenset[int] | None:
+    """The pipes `pid` holds open (by inode); None if its descriptors cannot be read.
+
+    A multiprocessing spawn child holds the write end of a pipe whose read end its
+    spawner keeps as the child's sentinel, for as long as the child lives. A process
+    that merely adopted the child (a subreaper) holds no such pipe.
+    """
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    inodes: set[int] = set()
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except FileNotFoundError:
+            continue  # closed meanwhile
+        except OSError:
+            return None
+        if target.startswith("pipe:["):
+            inodes.add(int(target[6:-1]))
+    return frozenset(inodes)
+
+
+def environment_value(pid: int, name: str) -> str | None:
+    """`name` in the environment `pid` started with; None if unset. PermissionError if
+    the environment cannot be read (it may be set: callers must not assume it is not)."""
+    try:
+        data = _read_all(f"/proc/{pid}/environ")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError as error:
+        raise _unreadable(pid, error) from error
+    prefix = name.encode() + b"="
+    for entry in data.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
+
+
+def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
+    """Every process's raw NUL-separated argv; kernel threads (empty argv) skipped."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            data = _read_all(f"/proc/{name}/cmdline")
+        except OSError:
+            continue
+        if data:
+            yield Pid(int(name)), data
+
+
+def group_members(groups: Collection[int]) -> list[Pid]:
+    """Processes whose process group is one of `groups`."""
+    found: list[Pid] = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = read_stat(int(name))
+            except PermissionError:
+                continue  # unread, so never claimed as a member
+            if stat is not None and stat.pgrp in groups:
+                found.append(Pid(int(name)))
+    return found
+
+
+def _read_small(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _read_all(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _unreadable(pid: int, error: OSError) -> PermissionError:
+    return PermissionError(error.errno, f"cannot read process {pid}: {error.strerror}")
+
+
+@cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int) -> bool:
+    return bool(_libc().prctl(option, value, 0, 0, 0) == 0)

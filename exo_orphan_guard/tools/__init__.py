@@ -1,0 +1,1 @@
+"""The operator's commands: `exo-orphan-guard` and what its subcommands run."""

@@ -1,0 +1,355 @@
+"""`exo-orphan-guard`: the operator's command line.
+
+Exit codes: 0 nothing left (or all checks passed), 1 orphans or failures remain,
+2 usage or configuration error. Errors are one line on stderr, never a traceback.
+
+Each command imports what it uses when it runs: `scan` starts without anyio or loguru
+(CLI start-up is measured in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final, NoReturn, final
+
+from .._version import __version__
+from ..system import settings
+
+EXIT_OK: Final = 0
+EXIT_LEFT: Final = 1
+EXIT_USAGE: Final = 2
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: exit code 2."""
+
+
+@final
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="exo-orphan-guard",
+        description="Find and kill exo runners that outlived their worker.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    for name, description in (
+        ("scan", "list orphaned runners (kills nothing)"),
+        ("sweep", "kill orphaned runners: SIGTERM, a grace, SIGKILL"),
+    ):
+        command = commands.add_parser(name, help=description, description=description)
+        command.add_argument("--json", action="store_true", help="machine-readable report")
+        command.add_argument(
+            "--dir",
+            type=Path,
+            help=f"registry directory (default: ${settings.DIR_ENV} or ~/.exo/orphan-guard)",
+        )
+        command.add_argument(
+            "--registry-only",
+            action="store_true",
+            help="only recorded runners: skip the process-table fingerprint scan",
+        )
+        command.add_argument(
+            "--match",
+            metavar="REGEX",
+            help="also target processes whose command line matches REGEX (mlx.launch ranks) "
+            "once reparented to pid 1",
+        )
+        command.add_argument(
+            "--any-parent",
+            action="store_true",
+            help="with --match: whatever their parent (ranks under a stuck sshd)",
+        )
+        command.add_argument(
+            "--all-users",
+            action="store_true",
+            help="root only: also other users' processes (never the default)",
+        )
+        _add_host_arguments(command)
+        if name == "scan":
+            command.add_argument(
+                "--all", action="store_true", help="also show what was spared, and why"
+            )
+        else:
+            command.add_argument(
+                "--dry-run", action="store_true", help="show what would be killed; kill nothing"
+            )
+            command.add_argument(
+                "--grace",
+                type=_seconds,
+                metavar="SECONDS",
+                help=f"between SIGTERM and SIGKILL (default ${settings.GRACE_ENV} or "
+                f"{settings.DEFAULT_GRACE_SECONDS:g})",
+            )
+
+    patch = commands.add_parser(
+        "patch",
+        help="put the guard's hooks into an exo source tree",
+        description="Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or "
+        "nothing to do (a uv lock that failed is a line saying what to run); 2 not an exo "
+        "tree, no series fits, conflicting edits, or a bad --source.",
+    )
+    patch.add_argument("action", choices=("check", "apply", "revert"))
+    patch.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
+    patch.add_argument(
+        "--source",
+        type=Path,
+        metavar="SRC",
+        help="apply: a wheel, sdist or checkout of exo-orphan-guard for exo's "
+        "[tool.uv.sources], so the orphan-guard extra resolves without an index",
+    )
+    patch.add_argument(
+        "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
+    )
+
+    explain_command = commands.add_parser(
+        "explain",
+        help="cause and remedy for an error line or errno from exo's logs",
+        description="Exit codes: 0 explained, 1 not recognised.",
+    )
+    explain_command.add_argument("text", nargs="+", help="e.g. 'RTR failed with errno 16' or 96")
+    explain_command.add_argument("--json", action="store_true")
+
+    doctor_command = commands.add_parser(
+        "doctor",
+        help="one screen about this node: guard, patch, orphans, registry, queue pairs",
+        description="Exit codes: 0 no FAIL line, 1 at least one FAIL line.",
+    )
+    doctor_command.add_argument("--exo", type=Path, metavar="PATH", help="exo checkout to check")
+    doctor_command.add_argument("--json", action="store_true")
+    _add_host_arguments(doctor_command)
+
+    exec_command = commands.add_parser(
+        "exec",
+        help="run a command that dies with this wrapper's parent (mlx.launch ranks)",
+        description="Runs CMD as a guarded child: CMD and its tree die when this wrapper's "
+        "parent dies, on SIGTERM/SIGINT/SIGHUP (forwarded, SIGKILL after the grace) and, "
+        "with --stdin-hup, when stdin closes. Exits with CMD's status (128+N for signal N); "
+        "126/127 if CMD cannot run; 2 usage error.",
+    )
+    exec_command.add_argument(
+        "--grace",
+        type=_seconds,
+        default=settings.DEFAULT_GRACE_SECONDS,
+        metavar="SECONDS",
+        help=f"between the forwarded signal and SIGKILL (default "
+        f"{settings.DEFAULT_GRACE_SECONDS:g})",
+    )
+    exec_command.add_argument(
+        "--stdin-hup",
+        action="store_true",
+        help="also stop CMD when stdin reaches EOF or hangs up (CMD then gets /dev/null)",
+    )
+    exec_command.add_argument(
+        "argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to run"
+    )
+
+    test = commands.add_parser("selftest", help="prove the parent watch on this machine")
+    test.add_argument(
+        "--strategy",
+        action="append",
+        choices=settings.STRATEGIES,
+        help="only this strategy (repeatable); default: every one this OS offers",
+    )
+    test.add_argument("--json", action="store_true", help="one JSON object, for a bug report")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        arguments = build_parser().parse_args(argv)
+        return _dispatch(arguments)
+    except UsageError as error:
+        print(f"exo-orphan-guard: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:  # an unreadable --dir or --exo, say: one line, no traceback
+        print(f"exo-orphan-guard: error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("exo-orphan-guard: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(arguments: argparse.Namespace) -> int:
+    command: str = arguments.command
+    match command:
+        case "scan" | "sweep" | "doctor" if arguments.hosts or arguments.hostfile:
+            return _on_hosts(arguments, command)
+        case "scan" | "sweep":
+            return _sweep(arguments, command)
+        case "patch":
+            return _patch(arguments)
+        case "explain":
+            return _explain(arguments)
+        case "doctor":
+            return _doctor(arguments)
+        case "selftest":
+            return _selftest(arguments)
+        case "exec":
+            return _exec(arguments)
+        case _:
+            raise UsageError(f"unknown command {command!r}")
+
+
+def _sweep(arguments: argparse.Namespace, command: str) -> int:
+    from ..sweeper import report_format
+    from ..sweeper.sweeping import sweep
+
+    dry_run = command == "scan" or bool(arguments.dry_run)
+    try:
+        report = sweep(
+            dry_run=dry_run,
+            registry_dir=arguments.dir,
+            grace=None if command == "scan" else arguments.grace,
+            fingerprint=not arguments.registry_only,
+            match=arguments.match,
+            any_parent=arguments.any_parent,
+            all_users=arguments.all_users,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    if arguments.json:
+        print(report_format.to_json(report, command))
+    else:
+        print(report_format.to_table(report, show_spared=command == "scan" and arguments.all))
+    return report.exit_code
+
+
+def _patch(arguments: argparse.Namespace) -> int:
+    from ..exo import patch_command
+
+    action: patch_command.Action = arguments.action
+    source: Path | None = arguments.source
+    for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
+        if given and action != "apply":
+            raise UsageError(f"{flag} is for apply, not {action}")
+    tree: Path = arguments.exo.expanduser().resolve()
+    try:
+        return patch_command.run(action, tree, source, lock=not arguments.no_lock)
+    except patch_command.PatchCommandError as error:
+        raise UsageError(str(error)) from error
+
+
+def _explain(arguments: argparse.Namespace) -> int:
+    from ..exo import explain
+
+    words: list[str] = arguments.text
+    text = " ".join(words)
+    found = explain.explain(text)
+    if arguments.json:
+        print(
+            json.dumps(
+                {
+                    "schema": "exo-orphan-guard/explain/1",
+                    "text": text,
+                    "explanations": [dataclasses.asdict(explanation) for explanation in found],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(explain.render(text, found))
+    return EXIT_OK if found else EXIT_LEFT
+
+
+def _doctor(arguments: argparse.Namespace) -> int:
+    from . import doctor
+
+    exo_tree: Path | None = arguments.exo
+    checks = doctor.assess(
+        doctor.gather(None if exo_tree is None else exo_tree.expanduser().resolve())
+    )
+    print(doctor.to_json(checks) if arguments.json else doctor.render(checks))
+    return doctor.exit_code(checks)
+
+
+def _add_host_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--hosts",
+        metavar="H1,H2,...",
+        help="run this on each host over ssh (BatchMode, in parallel), one report; "
+        "exit code: the worst host's, 3 if a host could not be checked",
+    )
+    command.add_argument(
+        "--hostfile", type=Path, metavar="PATH", help="the hosts of an mlx.launch hostfile"
+    )
+
+
+def _on_hosts(arguments: argparse.Namespace, command: str) -> int:
+    from . import remote
+
+    try:
+        hosts = remote.parse_host_list(arguments.hosts) if arguments.hosts else []
+        if arguments.hostfile is not None:
+            hosts += remote.parse_hostfile(arguments.hostfile)
+        if command != "doctor":
+            remote.check_sweep_arguments(arguments.match, arguments.any_parent)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    words = [command, *(["--json"] if arguments.json else [])]
+    if command == "doctor":
+        if arguments.exo is not None:
+            words += ["--exo", str(arguments.exo)]
+    else:
+        words += ["--registry-only"] if arguments.registry_only else []
+        words += ["--match", arguments.match] if arguments.match is not None else []
+        words += ["--any-parent"] if arguments.any_parent else []
+        words += ["--dir", str(arguments.dir)] if arguments.dir is not None else []
+        words += ["--all"] if command == "scan" and arguments.all else []
+        if command == "sweep":
+            words += ["--dry-run"] if arguments.dry_run else []
+            words += ["--grace", f"{arguments.grace!r}"] if arguments.grace is not None else []
+    report = remote.run_on_hosts(hosts, command, words)
+    print(remote.to_json(report) if arguments.json else remote.to_text(report))
+    return report.exit_code
+
+
+def _exec(arguments: argparse.Namespace) -> int:
+    from ..watch import exec_wrapper
+
+    try:
+        command = exec_wrapper.parse_command(arguments.argv)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    options = exec_wrapper.ExecOptions(command, arguments.grace, arguments.stdin_hup)
+    return exec_wrapper.run(options)
+
+
+def _seconds(text: str) -> float:
+    parsed = settings.parse_grace(text)
+    if parsed.warning is not None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in 0..60")
+    return parsed.value
+
+
+def _selftest(arguments: argparse.Namespace) -> int:
+    from . import selftest
+
+    chosen: list[settings.Strategy] | None = arguments.strategy
+    unusable = [name for name in chosen or () if name not in selftest.strategies_here()]
+    if unusable:
+        raise UsageError(f"--strategy {unusable[0]} is not usable on this machine")
+    if arguments.json:
+        results = selftest.run_selftest(chosen)
+        print(selftest.to_json(results))
+        return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
+    results = selftest.run_selftest(
+        chosen, progress=lambda result: print(selftest.render_row(result), flush=True)
+    )
+    print()
+    print(selftest.render(results))
+    return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
+
+
+def entry_point() -> NoReturn:
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""`exo-orphan-guard doctor`: one screen about this node, each line OK / WARN / FAIL.
+
+It changes nothing: it reads the environment, the registry, the process table and,
+with `--exo PATH`, the exo checkout, and says what to run next. The checks are pure
+functions of what was read (`assess`), so each verdict is tested on made-up facts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, final
+
+from .. import system
+from ..exo import patching
+from ..sweeper.process_table import ProcessInfo
+from ..sweeper.registry import Registry
+from ..sweeper.sweeping import judge
+from ..sweeper.verdicts import SweepOptions, Verdict
+from ..system import settings
+
+Status = Literal["OK", "WARN", "FAIL", "SKIP"]
+QUEUE_PAIRS_PER_DEVICE: Final = 10
+"""Thunderbolt RDMA devices take about ten queue pairs each (mlx PR 4209)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    next_step: str | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    toggle: settings.Parsed[bool]
+    patch_status: patching.TreeStatus | None
+    patch_error: str | None
+    exo_tree: Path | None
+    registry_path: Path
+    registry_problem: str | None
+    records: int
+    registry_warnings: tuple[str, ...]
+    verdicts: tuple[Verdict, ...]
+    runners: tuple[ProcessInfo, ...]
+    """Live exo runners on this node (spawn children running exo), orphans included."""
+    stuck: tuple[tuple[int, str], ...]
+    """(pid, state) of runners or orphans stuck in uninterruptible wait."""
+
+
+def gather(exo_tree: Path | None) -> NodeFacts:
+    patch_status: patching.TreeStatus | None = None
+    patch_error: str | None = None
+    if exo_tree is not None:
+        try:
+            patch_status = patching.check(exo_tree)
+        except patching.PatchError as error:
+            patch_error = str(error)
+    path = settings.registry_dir()
+    registry, problem = Registry.open(path, create=False)
+    warnings: list[str] = []
+    table, verdicts = judge(registry, SweepOptions(), warnings)
+    records = len({verdict.record.path for verdict in verdicts if verdict.record is not None})
+    runners = tuple(
+        info
+        for info in table.processes.values()
+        if info.is_spawn_child and info.runs_exo and not info.exited
+    )
+    suspects = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
+    stuck = tuple(
+        (pid, state)
+        for pid in sorted(suspects | {runner.pid for runner in runners})
+        if (state := system.stuck_state(pid)) is not None
+    )
+    return NodeFacts(
+        toggle=settings.guard_enabled(),
+        patch_status=patch_status,
+        patch_error=patch_error,
+        exo_tree=exo_tree,
+        registry_path=path,
+        registry_problem=problem,
+        records=records,
+        registry_warnings=tuple(warnings),
+        verdicts=verdicts,
+        runners=runners,
+        stuck=stuck,
+    )
+
+
+def assess(facts: NodeFacts) -> list[Check]:
+    return [
+        _guard(facts),
+        _patch(facts),
+        _orphans(facts),
+        _unkillable(facts),
+        _registry(facts),
+        _queue_pairs(facts),
+    ]
+
+
+def _guard(facts: NodeFacts) -> Check:
+    if facts.toggle.warning is not None:
+        return Check("guard", "WARN", facts.toggle.warning, f"set {settings.TOGGLE_ENV}=1")
+    guarded = sum(
+        1 for verdict in facts.verdicts if verdict.record is not None and verdict.action != "forget"
+    )
+    if facts.toggle.value:
+        return Check(
+            "guard", "OK", f"{settings.TOGGLE_ENV} is on here; {guarded} guarded runner(s) recorded"
+        )
+    detail = f"{settings.TOGGLE_ENV} is off in this environment"
+    if guarded:
+        return Check(
+            "guard", "OK", f"{detail}, but {guarded} runner(s) are guarded (exo has it on)"
+        )
+    return Check("guard", "WARN", detail, f"start exo with {settings.TOGGLE_ENV}=1")
+
+
+def _patch(facts: NodeFacts) -> Check:
+    if facts.exo_tree is None:
+        return Check("exo patch", "SKIP", "no exo checkout given", "doctor --exo PATH")
+    if facts.patch_error is not None:
+        return Check("exo patch", "FAIL", facts.patch_error)
+    assert facts.patch_status is not None
+    series = facts.patch_status.series.name
+    if facts.patch_status.state == "applied":
+        return Check("exo patch", "OK", f"series {series} applied to {facts.exo_tree}")
+    return Check(
+        "exo patch",
+        "WARN",
+        f"series {series} fits {facts.exo_tree} but is not applied",
+        f"exo-orphan-guard patch apply --exo {facts.exo_tree}",
+    )
+
+
+def _orphans(facts: NodeFacts) -> Check:
+    orphans = [verdict for verdict in facts.verdicts if verdict.action == "kill"]
+    if not orphans:
+        return Check("orphans", "OK", "no leftover runners of dead workers")
+    pids = ", ".join(str(verdict.pid) for verdict in orphans)
+    return Check(
+        "orphans",
+        "FAIL",
+        f"{len(orphans)} leftover runner(s) ({pids}) holding {_memory_held(orphans)}",
+        "exo-orphan-guard sweep",
+    )
+
+
+def _memory_held(orphans: Sequence[Verdict]) -> str:
+    """Summed and labelled: macOS footprints (Metal included) or RSS."""
+    kinds: set[str] = set()
+    total = 0
+    for verdict in orphans:
+        process = verdict.process
+        if process is None:
+            continue
+        if process.memory is not None:
+            kinds.add(process.memory.kind)
+            total += process.memory.bytes
+        elif process.rss is not None:
+            kinds.add("rss")
+            total += process.rss
+    label = {"footprint": "physical footprint", "rss": "RSS"}
+    described = " + ".join(label.get(kind, kind) for kind in sorted(kinds)) or "memory"
+    return f"{total / 2**30:.1f} GiB ({described})"
+
+
+def _unkillable(facts: NodeFacts) -> Check:
+    unknown = [pid for pid, state in facts.stuck if state == "?"]
+    known = [(pid, state) for pid, state in facts.stuck if state != "?"]
+    if not known and unknown:
+        return Check(
+            "unkillable",
+            "WARN",
+            f"state unknown (`ps` cannot inspect them): {', '.join(map(str, unknown))}",
+            "run `sudo ps -o stat= -p PID`: U means only a reboot frees it",
+        )
+    if not known:
+        return Check("unkillable", "OK", "no runner stuck in uninterruptible wait (D/U)")
+    stuck = ", ".join(f"{pid} ({state})" for pid, state in known)
+    if unknown:
+        stuck += f"; state unknown: {', '.join(map(str, unknown))}"
+    return Check(
+        "unkillable",
+        "FAIL",
+        f"stuck in the kernel, SIGKILL cannot end them: {stuck}",
+        "reboot this node: nothing else frees their RDMA resources",
+    )
+
+
+def _registry(facts: NodeFacts) -> Check:
+    if facts.registry_problem is not None:
+        return Check(
+            "registry",
+            "FAIL",
+            facts.registry_problem,
+            f"fix its owner/mode, or set {settings.DIR_ENV}",
+        )
+    stale = sum(1 for verdict in facts.verdicts if verdict.action == "forget")
+    if facts.registry_warnings:
+        return Check(
+            "registry",
+            "WARN",
+            f"{len(facts.registry_warnings)} unusable file(s) in {facts.registry_path}: "
+            + facts.registry_warnings[0],
+            "delete the files named; they are ignored meanwhile",
+        )
+    detail = f"{facts.registry_path}: {facts.records} record(s), {stale} stale"
+    return Check(
+        "registry", "OK", detail, "exo-orphan-guard sweep (removes stale ones)" if stale else None
+    )
+
+
+def _queue_pairs(facts: NodeFacts) -> Check:
+    live = len(facts.runners)
+    orphans = sum(
+        1
+        for verdict in facts.verdicts
+        if verdict.action == "kill"
+        and verdict.process is not None
+        and verdict.process.is_spawn_child
+    )
+    detail = (
+        f"{live} exo runner(s) alive here ({orphans} orphaned); each holds one queue pair per "
+        f"peer per RDMA device, and a Thunderbolt device takes about {QUEUE_PAIRS_PER_DEVICE}"
+    )
+    if orphans:
+        return Check("queue pairs", "WARN", detail, "exo-orphan-guard sweep (frees theirs)")
+    if live > QUEUE_PAIRS_PER_DEVICE:
+        return Check("queue pairs", "WARN", detail, "run fewer instances on this node")
+    return Check("queue pairs", "OK", detail)
+
+
+def render(checks: Sequence[Check]) -> str:
+    system_name = f"{platform.system()} {platform.release()}"
+    header = (
+        f"exo-orphan-guard doctor: {platform.node()} "
+        f"({system_name}, uid {os.geteuid()}, {system.BACKEND} backend)"
+    )
+    lines = [header]
+    for check in checks:
+        line = f"{check.status:<5} {check.name:<12} {check.detail}"
+        if check.next_step is not None:
+            line += f"\n{'':18}-> {check.next_step}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def to_json(checks: Sequence[Check]) -> str:
+    return json.dumps(
+        {
+            "schema": "exo-orphan-guard/doctor/1",
+            "backend": system.BACKEND,
+            "checks": [
+                {"name": c.name, "status": c.status, "detail": c.detail, "next": c.next_step}
+                for c in checks
+            ],
+        },
+        indent=2,
+    )
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    return 1 if any(check.status == "FAIL" for check in checks) else 0

@@ -1,0 +1,273 @@
+"""`exo-orphan-guard exec`: a guarded child for ranks whose entry point cannot be patched.
+
+`mlx.launch` starts every rank as `bash -c '... exec CMD'`, locally or over
+`ssh -tt`, and stops it with one SIGTERM from a pid file; nothing stops it when the
+launcher itself is killed. Put after `--`, this wrapper becomes the rank's process:
+it runs CMD as its child and watches its own parent with the same parent watch as an
+exo runner (`runner_watch.arm_watch`: watch thread, PR_SET_PDEATHSIG, forked
+watchdog, registry record), so `scan`/`sweep` see it like a runner.
+
+CMD and its tree die when the wrapper's parent dies, when the wrapper gets SIGTERM,
+SIGINT or SIGHUP (forwarded to CMD, SIGKILL after the grace), and with `stdin_hup`
+when the wrapper's stdin reaches EOF or hangs up. The wrapper exits with CMD's
+status (128+N for signal N) and never before CMD.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+from typing import Final, final
+
+from loguru import logger
+
+from .. import system
+from ..system import settings
+from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
+from ..system.once import warn_once
+from .runner_watch import arm_watch
+
+FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STDIN_HUP_SIGNAL: Final = signal.SIGTERM
+"""What CMD gets when stdin closes: what `mlx.launch` itself sends to stop a rank."""
+EXIT_CANNOT_EXECUTE: Final = 126
+EXIT_NOT_FOUND: Final = 127
+EXIT_PARENT_GONE: Final = 1
+_LOG_PREFIX: Final = "exo-orphan-guard exec"
+_STDIN_EVENTS: Final = select.POLLIN | select.POLLHUP | select.POLLERR
+_STDIN_CHUNK: Final = 65536
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ExecOptions:
+    command: tuple[str, ...]
+    grace: float = settings.DEFAULT_GRACE_SECONDS
+    stdin_hup: bool = False
+
+
+def exit_status(returncode: int) -> int:
+    """Popen's returncode as a shell reports it: -N (killed by signal N) becomes 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(options: ExecOptions) -> int:
+    """Run the command guarded; return the exit status to exit with."""
+    _quiet_logging()
+    parent = identity_of(os.getppid())
+    if parent is None or liveness(parent) == "gone":
+        logger.warning(f"{_LOG_PREFIX}: the parent is already gone: not starting the command")
+        return EXIT_PARENT_GONE
+    group = _lead_group()
+    signals = _SignalInbox()
+    # As a runner's: what the command starts can later be proven to be the wrapper's.
+    os.environ[settings.RUNNER_ENV] = current_identity().encode()
+    try:
+        child = _start(options, os.getpid())
+    except FileNotFoundError:
+        logger.warning(f"{_LOG_PREFIX}: {options.command[0]}: command not found")
+        return EXIT_NOT_FOUND
+    except PermissionError as error:
+        logger.warning(f"{_LOG_PREFIX}: {options.command[0]}: {error.strerror}")
+        return EXIT_CANNOT_EXECUTE
+    _watch_parent(parent, group, options)
+    returncode = _Supervisor(child, group, options, signals).run()
+    return exit_status(returncode)
+
+
+def _quiet_logging() -> None:
+    # The wrapper shares the rank's stderr: only what needs a human goes there.
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING", format="{message}")
+
+
+def _lead_group() -> int | None:
+    """The group CMD's tree lives in, led by the wrapper, so one signal reaches it all.
+
+    In the foreground of a terminal a new group would be a background job that the
+    terminal stops as soon as CMD reads it: there the tree is followed by parentage.
+    """
+    me = os.getpid()
+    if os.getpgrp() == me:
+        return me  # a session leader under `ssh -tt`, or a shell's job
+    with contextlib.suppress(OSError):
+        if os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp():
+            return None
+    try:
+        os.setpgid(0, 0)
+    except OSError as error:
+        warn_once(f"{_LOG_PREFIX}: cannot lead a process group ({error.strerror})")
+        return None
+    return me
+
+
+def _start(options: ExecOptions, wrapper: int) -> subprocess.Popen[bytes]:
+    def in_child() -> None:
+        # CMD never outlives the wrapper, whatever kills it (a SIGKILL included).
+        if sys.platform == "linux":
+            system.set_parent_death_signal(signal.SIGKILL)
+            if os.getppid() != wrapper:
+                os._exit(EXIT_PARENT_GONE)
+
+    return subprocess.Popen(
+        options.command,
+        stdin=subprocess.DEVNULL if options.stdin_hup else None,
+        preexec_fn=in_child,  # the wrapper has no other thread yet
+    )
+
+
+def _watch_parent(parent: ProcessIdentity, group: int | None, options: ExecOptions) -> None:
+    if parent.pid == 1:
+        logger.warning(
+            f"{_LOG_PREFIX}: the parent is init (pid 1): only signals"
+            f"{' and stdin' if options.stdin_hup else ''} can stop the command"
+        )
+        return
+    strategy = settings.parse_strategy(os.environ.get(settings.STRATEGY_ENV))
+    if strategy.warning is not None:
+        warn_once(strategy.warning)
+    labels = {"wrapped": shlex.join(options.command)[:200]}
+    rank = os.environ.get("MLX_RANK")
+    if rank is not None:
+        labels["mlx_rank"] = rank
+    try:
+        arm_watch(current_identity(), parent, group, labels, strategy.value)
+    except Exception as error:  # signal forwarding still works without the watch
+        logger.opt(exception=error).warning(
+            f"{_LOG_PREFIX}: could not watch parent {parent.pid}: the command will not die with it"
+        )
+
+
+@final
+class _SignalInbox:
+    """Signals received, delivered through a wake-up pipe so `poll` sees them."""
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.read_end, write_end = os.pipe()
+        for fd in (self.read_end, write_end):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        for number in FORWARDED_SIGNALS:
+            # An ignored signal (nohup) stays ignored, for the wrapper and for CMD.
+            if signal.getsignal(number) != signal.SIG_IGN:
+                signal.signal(number, self._received)
+        signal.signal(signal.SIGCHLD, self._received)
+
+    def _received(self, number: int, frame: FrameType | None) -> None:
+        del frame
+        if number != signal.SIGCHLD:
+            self.pending.append(number)
+
+    def drain(self) -> list[int]:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.read_end, 4096):
+                pass
+        taken, self.pending = self.pending, []
+        return taken
+
+
+@final
+class _Supervisor:
+    def __init__(
+        self,
+        child: subprocess.Popen[bytes],
+        group: int | None,
+        options: ExecOptions,
+        signals: _SignalInbox,
+    ) -> None:
+        self._child = child
+        self._group = group
+        self._options = options
+        self._signals = signals
+        self._deadline: float | None = None
+        self._poller = select.poll()
+        self._poller.register(signals.read_end, select.POLLIN)
+        self._watching_stdin = options.stdin_hup
+        if self._watching_stdin:
+            self._poller.register(0, _STDIN_EVENTS)
+
+    def run(self) -> int:
+        while True:
+            returncode = self._child.poll()
+            if returncode is not None:
+                break
+            for number in self._signals.drain():
+                self._stop(number, f"got {signal.Signals(number).name}")
+            now = time.monotonic()
+            if self._deadline is not None and now >= self._deadline:
+                self._kill_tree()
+                self._deadline = None
+                self._child.wait()
+                continue
+            timeout = None if self._deadline is None else (self._deadline - now) * 1000
+            for fd, events in self._poll(timeout):
+                if fd == 0:
+                    self._read_stdin(events)
+        if self._deadline is not None:
+            # Stopped on request: what CMD left in its group goes with it.
+            self._kill_tree()
+        return returncode
+
+    def _poll(self, timeout_ms: float | None) -> list[tuple[int, int]]:
+        try:
+            return self._poller.poll(None if timeout_ms is None else max(0, int(timeout_ms) + 1))
+        except InterruptedError:
+            return []
+
+    def _read_stdin(self, events: int) -> None:
+        try:
+            data = os.read(0, _STDIN_CHUNK) if events & select.POLLIN else b""
+        except OSError:  # EIO: the terminal hung up
+            data = b""
+        if data:
+            return  # stdin is the wrapper's alone with --stdin-hup: dropped
+        self._poller.unregister(0)
+        self._watching_stdin = False
+        self._stop(STDIN_HUP_SIGNAL, "stdin closed")
+
+    def _stop(self, number: int, why: str) -> None:
+        if self._deadline is None:
+            logger.warning(
+                f"{_LOG_PREFIX}: {why}: sending {signal.Signals(number).name} to "
+                f"{self._child.pid}, SIGKILL in {self._options.grace:g} s"
+            )
+            self._deadline = time.monotonic() + self._options.grace
+        with contextlib.suppress(ProcessLookupError):
+            self._child.send_signal(number)
+
+    def _kill_tree(self) -> None:
+        """SIGKILL the command's tree and whatever is left in the wrapper's group.
+
+        The wrapper's watchdog (its only other child) is spared: if the wrapper dies
+        half-way (PR_SET_PDEATHSIG as the launcher exits), the watchdog kills the group.
+        """
+        me = os.getpid()
+        spared = {me, *(pid for pid in system.child_pids(me) if pid != self._child.pid)}
+        doomed: list[int] = []
+        if self._child.returncode is None:  # once reaped, its pid may be someone else's
+            doomed += [self._child.pid, *system.descendants(self._child.pid)]
+        if self._group is not None:
+            doomed += system.group_members([self._group])
+        for pid in dict.fromkeys(doomed):
+            if pid not in spared:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def parse_command(words: Sequence[str]) -> tuple[str, ...]:
+    """The command after `--` (argparse keeps the separator); ValueError if empty."""
+    command = tuple(words[1:] if words and words[0] == "--" else words)
+    if not command:
+        raise ValueError("exec needs a command: exo-orphan-guard exec [options] -- CMD ARGS...")
+    return command
