@@ -26,13 +26,17 @@ if TYPE_CHECKING:
     from .sweeper.killing import KillResult
     from .sweeper.sweeping import SweepReport, sweep, sweep_async
     from .sweeper.verdicts import Verdict
+    from .watch.clean_ending import ending_cleanly
     from .watch.runner_watch import guard_runner
+    from .watch.worker_gone import WorkerGone
 
 _HOMES: Final = {
     "FailureDiagnosis": "exo.worker",
     "KillResult": "sweeper.killing",
     "SweepReport": "sweeper.sweeping",
     "Verdict": "sweeper.verdicts",
+    "WorkerGone": "watch.worker_gone",
+    "ending_cleanly": "watch.clean_ending",
     "diagnose_runner_failure": "exo.worker",
     "guard_runner": "watch.runner_watch",
     "prepare_worker": "exo.worker",
@@ -47,8 +51,10 @@ __all__ = [
     "KillResult",
     "SweepReport",
     "Verdict",
+    "WorkerGone",
     "__version__",
     "diagnose_runner_failure",
+    "ending_cleanly",
     "guard_runner",
     "prepare_worker",
     "sweep",

@@ -75,6 +75,7 @@ def start_worker(isolated_environment: Path) -> Iterator[StartWorker]:
         strategy: settings.Strategy = "auto",
         spawn_from: SpawnFrom = "main",
         extra_env: dict[str, str] | None = None,
+        notes: Path | None = None,
     ) -> scenarios.StartedWorker:
         worker = scenarios.start_worker(
             runners,
@@ -83,6 +84,7 @@ def start_worker(isolated_environment: Path) -> Iterator[StartWorker]:
             spawn_from=spawn_from,
             registry=isolated_environment,
             extra_env=extra_env,
+            notes=notes,
         )
         started.append(worker)
         return worker

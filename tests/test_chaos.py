@@ -172,7 +172,11 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         watch: Watch = "none" if rng.random() < 0.3 else "guard"
         strategy = rng.choice(CHAOS_STRATEGIES)
         spec = WorkerSpec(
-            runners=kinds, watch=watch, spawn_from="main", go_file=str(tmp_path / f"go-{number}")
+            runners=kinds,
+            watch=watch,
+            spawn_from="main",
+            go_file=str(tmp_path / f"go-{number}"),
+            notes="",
         )
         env = scenarios.scenario_environment(watch, strategy, isolated_environment)
         env[TAG_VARIABLE] = tag

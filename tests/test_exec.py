@@ -19,6 +19,7 @@ import pytest
 from exo_orphan_guard import system
 from exo_orphan_guard.rig import launch_scenario, scenarios
 from exo_orphan_guard.rig.launch_scenario import RankKind, StartedLauncher
+from exo_orphan_guard.sweeper import endings
 from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
@@ -121,24 +122,40 @@ def test_parse_command_drops_the_separator_and_needs_a_command() -> None:
 # --- the launcher is SIGKILLed ---------------------------------------------------------
 
 
+RANK_GRACE = 1.5
+
+
 @pytest.mark.parametrize("stdin_hup", [False, True], ids=["watch", "watch+stdin-hup"])
 def test_ranks_and_their_children_die_with_the_launcher(
     launchers: list[StartedLauncher], isolated_environment: Path, stdin_hup: bool
 ) -> None:
+    """Asked first: SIGTERM, which every rank but the deaf one dies of at once (its
+    default action works in native code too); SIGKILL for the deaf one at the grace."""
     launcher = launch_scenario.start_launcher(
         ALL_KINDS,
-        wrapper=launch_scenario.wrapper_words(stdin_hup=stdin_hup),
+        wrapper=launch_scenario.wrapper_words(stdin_hup=stdin_hup, grace=RANK_GRACE),
         registry=isolated_environment,
     )
     launchers.append(launcher)
     time.sleep(scenarios.GIL_SETTLE_SECONDS)  # the GIL ranks are inside their native call
+    deaf = next(rank for rank in launcher.ranks if rank.kind == "deaf")
+    assert deaf.wrapper is not None
+    deaf_tree = set(deaf.tree)
     tracked = launcher.all_processes()
     assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (watchdogs not counted)
     killed_at = launch_scenario.kill_launcher(launcher)
-    exits = scenarios.wait_gone(tracked, 1.0)
+    exits = scenarios.wait_gone(tracked, RANK_GRACE + 1.0)
     late = [identity.pid for identity, seen in exits.items() if seen is None]
-    assert not late, f"alive 1 s after the launcher's SIGKILL: {_describe(late)}"
-    assert max(seen - killed_at for seen in exits.values() if seen is not None) < 1.0
+    assert not late, f"alive after the launcher's SIGKILL and the grace: {_describe(late)}"
+    asked = [seen - killed_at for who, seen in exits.items() if seen and who not in deaf_tree]
+    told = [seen - killed_at for who, seen in exits.items() if seen and who in deaf_tree]
+    assert max(asked) < 1.0, f"ranks that die of SIGTERM took {max(asked):.2f} s"
+    assert min(told) >= RANK_GRACE and max(told) < RANK_GRACE + 1.0
+    wrapper_endings = endings.latest(
+        endings.read(host_directory(isolated_environment) / endings.ENDINGS_NAME, system.boot_id())
+    )
+    assert wrapper_endings[deaf.wrapper].how == "killed"
+    assert wrapper_endings[deaf.wrapper].by == "exec"
 
 
 def _describe(pids: Sequence[int]) -> list[str]:

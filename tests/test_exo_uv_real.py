@@ -105,7 +105,8 @@ def test_apply_with_a_source_on_real_exo_locks_or_says_why_and_reverts_exactly(
 
     applied = cli(environment, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
     lines = applied.stdout.splitlines()
-    assert lines[0] == f"series {version} (7 files) applied in {tree}"
+    files = {"main": 8, "v1.0.71": 9}[version]
+    assert lines[0] == f"series {version} ({files} files) applied in {tree}"
     assert lines[1] == f"source: {wheel} (wheel)"
     assert f'exo-orphan-guard = {{ path = "{wheel}" }}\n' in (tree / "pyproject.toml").read_text()
     assert applied.returncode == 0, applied.stderr

@@ -18,27 +18,47 @@ from exo_orphan_guard.tools import cli
 
 SERIES = patching.load_series()
 SERIES_NAMES = [series.name for series in SERIES]
+RUNNERS = {
+    "main": ("src/exo/worker/runner/runner.py",),
+    "v1.0.71": (
+        "src/exo/worker/runner/llm_inference/runner.py",
+        "src/exo/worker/runner/image_models/runner.py",
+    ),
+}
 
 
 def build_tree(root: Path, series: patching.Series) -> dict[str, bytes]:
-    """Files as each series' first patch touching them expects them, plus markers."""
-    first_seen: dict[str, list[tuple[int, tuple[bytes, ...]]]] = {}
+    """Files as the series expects them, rebuilt from every hunk's pre-image, plus
+    markers. A later patch may expect original lines no earlier one showed: each file
+    is followed through the series as slots of original lines (filled in from what
+    the hunks expect there) and lines the patches put in."""
+    originals: dict[str, dict[int, bytes]] = {}
+    current: dict[str, list[int | bytes]] = {}  # a slot number, or a line a patch wrote
+    allocated: dict[str, int] = {}
     created: set[str] = set()
     for _, diff in series.diffs:
         if diff.old_path is None:
             created.add(diff.path)
-        if diff.path in created or diff.path in first_seen:
+        if diff.path in created:
             continue
-        first_seen[diff.path] = [(hunk.old_start, hunk.old_lines) for hunk in diff.hunks]
-    for path, hunks in first_seen.items():
-        lines: list[bytes] = []
-        for start, old_lines in hunks:
-            while len(lines) < start - 1:
-                lines.append(f"# filler {len(lines) + 1}\n".encode())
-            lines.extend(old_lines)
-        lines.append(b"# end\n")
+        slots = originals.setdefault(diff.path, {})
+        lines = current.setdefault(diff.path, [])
+        shift = 0
+        for hunk in diff.hunks:
+            start = hunk.old_start - 1 + shift
+            while len(lines) < start + len(hunk.old_lines):
+                lines.append(allocated.get(diff.path, 0))
+                allocated[diff.path] = allocated.get(diff.path, 0) + 1
+            for entry, expected in zip(lines[start:], hunk.old_lines, strict=False):
+                if isinstance(entry, int):
+                    slots[entry] = expected
+            lines[start : start + len(hunk.old_lines)] = list(hunk.new_lines)
+            shift += len(hunk.new_lines) - len(hunk.old_lines)
+    for path, slots in originals.items():
+        count = allocated.get(path, 0)
+        text = [slots.get(slot, f"# filler {slot + 1}\n".encode()) for slot in range(count)]
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_bytes(b"".join(lines))
+        (root / path).write_bytes(b"".join([*text, b"# end\n"]))
     marker = root / patching.SERIES_MARKERS[series.name]
     if not marker.exists():
         marker.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +87,7 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
         "pyproject.toml",
         ".github/workflows/build-app.yml",  # the app build syncs the extra
         "justfile",  # so does `just build-app`
+        *RUNNERS[series.name],  # their shutdown is not interrupted by the worker's death
     }
     modules = {
         b"".join(diff.hunks[0].new_lines)

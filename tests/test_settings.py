@@ -34,12 +34,14 @@ def test_unknown_strategy_falls_back_to_auto_with_a_warning() -> None:
     assert parsed.warning is not None and "'kqeue'" in parsed.warning
 
 
-@pytest.mark.parametrize(("raw", "seconds"), [(None, 2.0), ("", 2.0), ("0", 0.0), ("0.5", 0.5)])
+@pytest.mark.parametrize(
+    ("raw", "seconds"), [(None, 10.0), ("", 10.0), ("0", 0.0), ("0.5", 0.5), ("120", 120.0)]
+)
 def test_grace(raw: str | None, seconds: float) -> None:
     assert settings.parse_grace(raw) == settings.Parsed(seconds)
 
 
-@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", "61"])
+@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", "121"])
 def test_bad_grace_uses_the_default_with_a_warning(raw: str) -> None:
     parsed = settings.parse_grace(raw)
     assert parsed.value == settings.DEFAULT_GRACE_SECONDS and parsed.warning is not None

@@ -95,7 +95,9 @@ def run_job(isolated_environment: Path) -> Iterator[RunJob]:
 
     def run(runners: list[RunnerKind], watch: Watch, mode: str) -> Job:
         master, slave = os.openpty()
-        spec = WorkerSpec(runners=runners, watch=watch, spawn_from="main", go_file="/nonexistent")
+        spec = WorkerSpec(
+            runners=runners, watch=watch, spawn_from="main", go_file="/nonexistent", notes=""
+        )
         env = scenarios.scenario_environment(watch, registry=isolated_environment)
         argv = [sys.executable, "-m", "exo_orphan_guard.rig.scenario_worker", json.dumps(spec)]
         shell = subprocess.Popen(

@@ -14,6 +14,7 @@ beside its ranks, as a node serving another model would have.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import multiprocessing
@@ -25,12 +26,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, cast, final
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, final
 
 from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of
+from .notes import RunnerNotes
 from .scenarios import alive, kill_started, wait_gone
 
 if TYPE_CHECKING:
@@ -53,6 +56,18 @@ class GroupSpec(TypedDict):
     sweep_first: NotRequired[bool]
     """Run `sweep_at_worker_start()` (exo's hook in Worker.run) before spawning, relaying
     its log lines as `LogReport`s."""
+    hold_mb: NotRequired[int]
+    """Once the group has formed, each rank holds this much in MLX arrays."""
+    then: NotRequired[RankBehaviour]
+    """What a formed rank does until its worker dies (default idle)."""
+    notes: NotRequired[str]
+    """Where ranks write what happened to them (`notes.RunnerNotes`)."""
+
+
+RankBehaviour = Literal["idle", "loop", "catch"]
+"""idle: sleeps, catches nothing (WorkerGone unwinds it). loop: runs MLX operations
+over its arrays, catches nothing. catch: sleeps, catches WorkerGone and lets go of
+its arrays and group itself."""
 
 
 class RankReport(TypedDict):
@@ -79,24 +94,54 @@ def mlx_available() -> bool:
     return True
 
 
-def rank_main(
-    rank: int, hostfile: str, guard: bool, report: multiprocessing.connection.Connection
-) -> None:
-    if guard:
+def rank_main(rank: int, spec: GroupSpec, report: multiprocessing.connection.Connection) -> None:
+    if spec["guard"]:
         from exo_orphan_guard import guard_runner
 
         guard_runner(runner_id=f"rank-{rank}", instance_id="mlx-ring")
     os.environ["MLX_RANK"] = str(rank)
-    os.environ["MLX_HOSTFILE"] = hostfile
+    os.environ["MLX_HOSTFILE"] = spec["hostfile"]
     import mlx.core as mx  # pyright: ignore[reportMissingImports]
 
+    notes = RunnerNotes(spec.get("notes", ""))
+    # Registered before the guard's own release (at exit, the last registered runs
+    # first): what MLX still holds once the guard has collected and cleared its cache.
+    atexit.register(lambda: notes.write("exit", **_mlx_memory(mx)))
     _send(report, RankReport(rank=rank, pid=os.getpid(), event="init", value=0.0))
     group = mx.distributed.init(backend="ring", strict=True)  # pyright: ignore
     total = mx.distributed.all_sum(mx.array([float(rank + 1)]), group=group)  # pyright: ignore
     mx.eval(total)  # pyright: ignore
+    held = _hold(mx, spec.get("hold_mb", 0))
+    notes.write("holding", **_mlx_memory(mx))
     _send(report, RankReport(rank=rank, pid=os.getpid(), event="sum", value=float(total.item())))  # pyright: ignore
-    while True:
-        time.sleep(3600)
+    then = spec.get("then", "idle")
+    try:
+        # Steps of a few ms, like a decode step: a signal is handled between two.
+        step = held[0][: 2**20]
+        while then == "loop":
+            mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
+        while True:
+            time.sleep(3600)
+    except BaseException as error:
+        notes.write("raised", type=type(error).__name__)
+        if then != "catch" or type(error).__name__ != "WorkerGone":
+            raise
+        del held, group, total
+        notes.write("released")
+    finally:
+        notes.write("finally")
+
+
+def _hold(mx: Any, megabytes: int) -> list[Any]:
+    if megabytes <= 0:
+        return [mx.zeros((1,))]
+    arrays = [mx.ones((megabytes * 2**20 // 4,), dtype=mx.float32)]
+    mx.eval(*arrays)
+    return arrays
+
+
+def _mlx_memory(mx: Any) -> dict[str, int]:
+    return {"active": int(mx.get_active_memory()), "cache": int(mx.get_cache_memory())}
 
 
 def idle_runner_main(
@@ -137,9 +182,7 @@ def worker_main(spec: GroupSpec) -> None:
         if index:
             time.sleep(spec["stagger"])
         reader, writer = multiprocessing.Pipe(duplex=False)
-        context.Process(
-            target=rank_main, args=(rank, spec["hostfile"], spec["guard"], writer), daemon=True
-        ).start()
+        context.Process(target=rank_main, args=(rank, spec, writer), daemon=True).start()
         writer.close()
         readers.append(reader)
     while readers:
@@ -238,6 +281,10 @@ def start_group(
     idle_runners: int = 0,
     sweep_first: bool = False,
     python: str = sys.executable,
+    hold_mb: int = 0,
+    then: RankBehaviour = "idle",
+    notes: Path | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> RunningGroup:
     """A worker whose ranks have all reported that they are entering init (and whose
     idle runners are up)."""
@@ -245,6 +292,7 @@ def start_group(
     env[settings.TOGGLE_ENV] = "1" if guard else "0"
     env[settings.DIR_ENV] = str(registry)
     env.pop(settings.WORKER_ENV, None)
+    env.update(extra_env or {})
     spec = GroupSpec(
         ranks=ranks,
         stagger=stagger,
@@ -252,6 +300,9 @@ def start_group(
         guard=guard,
         idle_runners=idle_runners,
         sweep_first=sweep_first,
+        hold_mb=hold_mb,
+        then=then,
+        notes="" if notes is None else str(notes),
     )
     process = subprocess.Popen(
         [python, "-m", "exo_orphan_guard.rig.ring_scenario", json.dumps(spec)],

@@ -14,6 +14,8 @@ import ctypes
 import json
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.context
+import multiprocessing.queues
 import os
 import signal
 import subprocess
@@ -21,13 +23,28 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Literal, TypedDict, cast
+from multiprocessing.resource_sharer import DupFd
+from typing import Final, Literal, TypedDict, cast
 
-RunnerKind = Literal["idle", "gil", "child", "late", "deaf", "talk"]
-"""idle: sleeps in Python. gil: holds the GIL in native code. child: has a child of
-its own. late: guarded only after its worker died. deaf: ignores SIGTERM and holds
-the GIL, as a runner stuck in MLX init would. talk: writes a line to its inherited
-stdout every 50 ms, as v1.0.71's runners log to the worker's terminal."""
+from .notes import RunnerNotes
+
+RunnerKind = Literal[
+    "idle", "gil", "child", "late", "deaf", "talk", "catch", "hang", "shutdown", "noisy", "queue"
+]
+"""idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
+that does not return when a signal comes (as `mx.distributed.init()` sits in its
+C++ code): wedged. child: has a child of its own. late: guarded only after its
+worker died. deaf: ignores SIGTERM and holds the GIL, as a runner stuck in MLX init
+would. talk: writes a line to its inherited stdout every 50 ms, as v1.0.71's runners
+log to the worker's terminal. catch: catches WorkerGone, releases, returns. hang:
+catches WorkerGone and never finishes its clean ending. shutdown: runs a slow
+shutdown of its own (inside `ending_cleanly()`) when its worker asks for one.
+noisy: its stdout and stderr are a pipe only its worker reads (exo main's
+AsyncProcess); once the worker is gone it writes much there, and logs. queue: sends
+into a multiprocessing queue only its worker reads, more than the pipe holds, once
+the worker is gone (exo's event channel)."""
+CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue"})
+_FLOOD_LINES: Final = 2000
 Watch = Literal["guard", "pr2205", "none"]
 SpawnFrom = Literal["main", "thread"]
 
@@ -50,33 +67,108 @@ class WorkerSpec(TypedDict):
     watch: Watch
     spawn_from: SpawnFrom
     go_file: str
-    """For `late` runners: they call guard_runner() only once this file exists."""
+    """For `late` runners: they call guard_runner() only once this file exists;
+    `shutdown` runners begin their shutdown once `<go_file>.shutdown` exists."""
+    notes: str
+    """A directory where runners write what happened to them (`<pid>.jsonl`), read by
+    tests once the worker is gone; empty: none."""
+
+
+SHUTDOWN_SECONDS = 1.0
+"""How long a `shutdown` runner's own shutdown takes."""
 
 
 def runner_main(
-    kind: RunnerKind, watch: Watch, go_file: str, report: multiprocessing.connection.Connection
+    kind: RunnerKind,
+    watch: Watch,
+    go_file: str,
+    report: multiprocessing.connection.Connection,
+    notes: str = "",
+    worker_end: DupFd | multiprocessing.queues.Queue[bytes] | None = None,
 ) -> None:
+    """`worker_end`: for `noisy`, the pipe to its worker to put on its stdout and
+    stderr; for `queue`, the queue to its worker."""
+    if isinstance(worker_end, DupFd):
+        captured = worker_end.detach()
+        for fd in (1, 2):
+            os.dup2(captured, fd)
+        os.close(captured)
     if kind == "late":
         _report(report, RunnerReport(pid=os.getpid(), children=[]))
         while not os.path.exists(go_file):
             time.sleep(0.005)
+    note = RunnerNotes(notes)
     _start_watch(watch)
-    children: list[int] = []
-    if kind == "child":
-        children.append(subprocess.Popen(["/bin/sleep", "3600"]).pid)
-    if kind != "late":
-        # Connection.send writes synchronously: it is out before the GIL is taken.
-        _report(report, RunnerReport(pid=os.getpid(), children=children))
+    try:
+        children: list[int] = []
+        if kind == "child":
+            children.append(subprocess.Popen(["/bin/sleep", "3600"]).pid)
+        if kind != "late":
+            # Connection.send writes synchronously: it is out before the GIL is taken.
+            _report(report, RunnerReport(pid=os.getpid(), children=children))
+        _behave(kind, note, go_file)
+    except BaseException as error:
+        note.write("raised", type=type(error).__name__)
+        if kind not in CATCHING or type(error).__name__ != "WorkerGone":
+            raise
+        note.write("caught")
+        try:
+            _end(kind, worker_end)
+        except BaseException as problem:
+            note.write("ending failed", type=type(problem).__name__, detail=str(problem))
+            raise
+        note.write("done")
+    finally:
+        note.write("finally")
+
+
+def _end(kind: RunnerKind, worker_end: DupFd | multiprocessing.queues.Queue[bytes] | None) -> None:
+    """The clean ending of a runner that caught WorkerGone."""
+    while kind == "hang":
+        time.sleep(3600)
+    if kind == "noisy":
+        from loguru import logger
+
+        for number in range(_FLOOD_LINES):
+            print(f"runner {os.getpid()} shutting down, line {number}", flush=True)
+            print(f"runner {os.getpid()} warning {number}", file=sys.stderr, flush=True)
+            if number % 100 == 0:
+                logger.info(f"runner {os.getpid()} released part {number}")
+    if kind == "queue" and isinstance(worker_end, multiprocessing.queues.Queue):
+        for _ in range(64):
+            worker_end.put(b"x" * 4096)  # 256 KiB: more than the pipe holds
+
+
+def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if kind in ("gil", "deaf"):
-        # Holds the GIL for the whole sleep, like mx.distributed.init() does.
-        ctypes.PyDLL(None).sleep(3600)
+        hold_the_gil_in_native_code()
+    if kind == "shutdown":
+        while not os.path.exists(f"{go_file}.shutdown"):  # asked, as by exo's Shutdown task
+            time.sleep(0.005)
+        note.write("shutting down")
+        from exo_orphan_guard import ending_cleanly
+
+        with ending_cleanly():
+            time.sleep(SHUTDOWN_SECONDS)  # the worker is killed meanwhile
+        note.write("shut down")
+        return
     while kind == "talk":
         print(f"runner {os.getpid()} tick {time.monotonic():.3f}", flush=True)
         time.sleep(0.05)
     while True:
         time.sleep(3600)
+
+
+def hold_the_gil_in_native_code() -> None:
+    """Hold the GIL in native code that does not return to Python when the guard's
+    notice comes, as a C++ call that retries on EINTR does (MLX's init): with the
+    notice blocked in this thread, nothing Python runs in the process until it ends."""
+    from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL})
+    ctypes.PyDLL(None).sleep(3600)
 
 
 def _report(connection: multiprocessing.connection.Connection, report: RunnerReport) -> None:
@@ -118,8 +210,11 @@ def run_worker(spec: WorkerSpec) -> None:
     def spawn_all() -> None:
         for kind in spec["runners"]:
             reader, writer = multiprocessing.Pipe(duplex=False)
+            worker_end = _worker_end(kind, context, keep)
             process = context.Process(
-                target=runner_main, args=(kind, spec["watch"], spec["go_file"], writer), daemon=True
+                target=runner_main,
+                args=(kind, spec["watch"], spec["go_file"], writer, spec["notes"], worker_end),
+                daemon=True,
             )
             process.start()
             writer.close()
@@ -130,6 +225,29 @@ def run_worker(spec: WorkerSpec) -> None:
     print(json.dumps(WorkerReport(worker=os.getpid(), runners=reports)), flush=True)
     while True:
         time.sleep(3600)
+
+
+def _worker_end(
+    kind: RunnerKind, context: multiprocessing.context.SpawnContext, keep: list[object]
+) -> DupFd | multiprocessing.queues.Queue[bytes] | None:
+    """What only this worker reads from its runner: a pipe it drains, or a queue."""
+    if kind == "queue":
+        queue: multiprocessing.queues.Queue[bytes] = context.Queue()
+        keep.append(queue)
+        return queue
+    if kind != "noisy":
+        return None
+    read_end, write_end = os.pipe()
+    threading.Thread(target=_drain, args=(read_end,), daemon=True).start()
+    shared = DupFd(write_end)
+    os.close(write_end)
+    keep.append(shared)
+    return shared
+
+
+def _drain(fd: int) -> None:
+    while os.read(fd, 65536):
+        pass
 
 
 def _run_in(

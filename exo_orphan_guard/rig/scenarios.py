@@ -87,14 +87,20 @@ def start_worker(
     python: str = sys.executable,
     extra_env: Mapping[str, str] | None = None,
     launcher: Sequence[str] = (),
+    notes: Path | None = None,
 ) -> StartedWorker:
     """Start a worker whose runners are armed (or, for `late`, waiting) on return.
 
     `launcher` goes before `python` (`nohup`, say); `python` may be a bare name, found
-    on the PATH of `extra_env`, as a shell would run it."""
+    on the PATH of `extra_env`, as a shell would run it. `notes`: a directory where the
+    runners write what happened to them (`runner_notes`)."""
     go_file = Path(tempfile.mkdtemp(prefix="eog-go-")) / "go"
     spec = WorkerSpec(
-        runners=list(runners), watch=watch, spawn_from=spawn_from, go_file=str(go_file)
+        runners=list(runners),
+        watch=watch,
+        spawn_from=spawn_from,
+        go_file=str(go_file),
+        notes="" if notes is None else str(notes),
     )
     env = scenario_environment(watch, strategy, registry)
     env.update(extra_env or {})
@@ -125,6 +131,11 @@ def start_worker(
         for kind, entry in zip(runners, report["runners"], strict=True)
     )
     return StartedWorker(process=process, runners=started, go_file=go_file)
+
+
+def ask_to_shut_down(worker: StartedWorker) -> None:
+    """What exo's Shutdown task is to a runner: `shutdown` runners begin theirs."""
+    Path(f"{worker.go_file}.shutdown").touch()
 
 
 def kill_worker(worker: StartedWorker, *, settle: bool = True, reap_after: float = 0.0) -> float:
@@ -210,6 +221,7 @@ def cleanup(worker: StartedWorker) -> None:
                 os.kill(identity.pid, signal.SIGKILL)
     wait_gone(leftovers, timeout=5.0)
     with contextlib.suppress(OSError):
+        Path(f"{worker.go_file}.shutdown").unlink(missing_ok=True)
         worker.go_file.unlink()
         worker.go_file.parent.rmdir()
 

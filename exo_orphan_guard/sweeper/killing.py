@@ -1,5 +1,8 @@
 """Kill escalation: SIGTERM to each orphan and its descendants, a grace, SIGKILL, a wait.
 
+A guarded runner that is ending the clean way by itself (its worker gone, within its
+grace) is waited for first, untouched: no stop, no signal, until its deadline.
+
 Each orphan's tree is frozen (SIGSTOP) before it is read, so no process can fork a
 child behind the sweep's back, and frozen again before SIGKILL: an orphan still
 starting up may be spawning a child at the very moment it is found. Every stop is
@@ -15,7 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
@@ -24,6 +27,7 @@ import psutil
 from .. import system
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
+from .endings import How
 from .freeze_journal import FreezeJournal
 from .process_table import is_guard_command
 
@@ -51,6 +55,9 @@ class KillResult:
     stuck_state: str | None = None
     left: tuple[Pid, ...] = ()
     """Survivors among the target and its descendants."""
+    ended: How | None = None
+    """clean: it exited by itself (a guarded runner's clean ending, the sweep's SIGTERM
+    to one included); killed: SIGKILL, or SIGTERM's default action; None: still there."""
 
     @property
     def advice(self) -> str | None:
@@ -94,10 +101,15 @@ def execute(
     grace: float,
     kill_wait: float,
     journal: FreezeJournal | None,
+    patience: Mapping[ProcessIdentity, float] | None = None,
 ) -> list[KillResult]:
     """Kill each target and its descendants. With a `journal`, each tree is frozen
     while it is read; without one nothing is ever stopped (a sweeper that died would
-    leave it stopped), and the tree is read again right before SIGKILL instead."""
+    leave it stopped), and the tree is read again right before SIGKILL instead.
+    `patience`: targets ending by themselves, each with the `time.monotonic()` it is
+    left alone until (gone by then, it is `exited`)."""
+    if patience:
+        _wait_for_clean_endings(patience)
     families = [_Family(target) for target in targets]
     claimed: set[int] = {target.pid for target in targets} | set(protected)
     freezer = _Freezer(journal)
@@ -166,6 +178,19 @@ def _send(member: ProcessIdentity, number: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
+
+
+def _wait_for_clean_endings(patience: Mapping[ProcessIdentity, float]) -> None:
+    pending = dict(patience)
+    while pending:
+        now = time.monotonic()
+        pending = {
+            target: deadline
+            for target, deadline in pending.items()
+            if deadline > now and liveness(target) != "gone"
+        }
+        if pending:
+            time.sleep(_WAIT_STEP_SECONDS)
 
 
 def _wait_until_gone(families: Sequence[_Family], seconds: float) -> None:

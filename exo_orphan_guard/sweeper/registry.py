@@ -83,6 +83,9 @@ class RunnerRecord:
     pgid: int | None
     recorded_at: float
     labels: Mapping[str, str] = field(default_factory=dict[str, str])
+    grace: float | None = None
+    """Seconds the runner may take to end the clean way once its worker is gone; None:
+    it is killed at once (EXO_ORPHAN_GUARD_GRACE=0, or no clean ending here)."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -101,6 +104,7 @@ class RunnerRecord:
             "pgid": self.pgid,
             "recorded_at": self.recorded_at,
             "labels": dict(self.labels),
+            "grace": self.grace,
         }
         return json.dumps(document, sort_keys=True).encode()
 
@@ -139,6 +143,7 @@ def parse_record(data: bytes) -> RunnerRecord:
     pgid = fields.get("pgid")
     if pgid is not None and not _is_int(pgid):
         raise ValueError("pgid is not an integer")
+    grace = None if fields.get("grace") is None else _number(fields, "grace")
     return RunnerRecord(
         pid=Pid(_positive_int(fields, "pid")),
         started=_number(fields, "started"),
@@ -150,6 +155,7 @@ def parse_record(data: bytes) -> RunnerRecord:
         pgid=pgid if isinstance(pgid, int) else None,
         recorded_at=_number(fields, "recorded_at"),
         labels={key: str(value) for key, value in labels.items()},
+        grace=grace,
     )
 
 

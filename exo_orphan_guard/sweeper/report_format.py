@@ -85,9 +85,9 @@ def _result_line(result: KillResult) -> str:
     signals = ", ".join(result.signals) or "no signal needed"
     match result.outcome:
         case "killed":
-            return f"killed {pid}{family} ({signals})"
+            return f"killed {pid}{family} ({signals}): ended {result.ended}"
         case "exited":
-            return f"{pid} exited by itself{family}"
+            return f"{pid} exited by itself{family}: ended {result.ended}"
         case "unkillable":
             state = f" in state {result.stuck_state}" if result.stuck_state else ""
             left = " ".join(str(left) for left in result.left)
@@ -122,6 +122,7 @@ def _result(result: KillResult) -> dict[str, object]:
         "stuck_state": result.stuck_state,
         "left": list(result.left),
         "advice": result.advice,
+        "ended": result.ended,
     }
 
 

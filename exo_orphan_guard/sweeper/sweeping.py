@@ -19,7 +19,7 @@ from typing import Final, ParamSpec, TypeVar, final
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, liveness
 from ..system.process_facts import Pid
-from . import killing, process_table
+from . import endings, killing, process_table, sweep_endings
 from .freeze_journal import FreezeJournal, thaw_abandoned
 from .killing import KillResult
 from .process_table import ProcessTable
@@ -106,7 +106,9 @@ def sweep(
     a process whose start time or command line differs from its record, a process it
     cannot read.
 
-    `grace` (default EXO_ORPHAN_GUARD_GRACE, else 2 s) separates SIGTERM from SIGKILL.
+    `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
+    a recorded runner already ending the clean way is first waited for, until its own
+    grace is out.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -115,7 +117,7 @@ def sweep(
     options = _options(fingerprint, match, any_parent, all_users)
     warnings: list[str] = []
     if grace is None:
-        parsed = settings.parse_grace(os.environ.get(settings.GRACE_ENV))
+        parsed = settings.grace_setting()
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
@@ -291,12 +293,28 @@ def _act(
     kill_wait: float,
     journal: FreezeJournal | None,
 ) -> list[KillResult]:
-    results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal)
+    began = time.monotonic()
+    waits = sweep_endings.patience(verdicts, _latest_endings(registry, table.boot_id), began)
+    results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal, waits)
+    # Read again: watchdogs recorded how the runners waited for ended.
+    latest = _latest_endings(registry, table.boot_id)
+    results = sweep_endings.with_endings(results, verdicts, latest)
     if registry is not None:
+        path = registry.path / endings.ENDINGS_NAME
+        sweep_endings.write(path, results, latest, table.boot_id, began)
+        endings.compact(path, table.boot_id)
         left = {result.target.pid for result in results if result.outcome == "unkillable"}
-        for path in _settled_records(verdicts, left):
-            registry.remove(path)
+        for record_path in _settled_records(verdicts, left):
+            registry.remove(record_path)
     return results
+
+
+def _latest_endings(
+    registry: Registry | None, boot_id: str
+) -> dict[ProcessIdentity, endings.Ending]:
+    if registry is None:
+        return {}
+    return endings.latest(endings.read(registry.path / endings.ENDINGS_NAME, boot_id))
 
 
 def _settled_records(verdicts: Sequence[Verdict], left: Collection[int]) -> set[Path]:

@@ -30,7 +30,13 @@ BackendChoice = Literal["auto", "portable"]
 _ON: Final = frozenset({"1", "true", "yes", "on"})
 _OFF: Final = frozenset({"", "0", "false", "no", "off"})
 
-DEFAULT_GRACE_SECONDS: Final = 2.0
+DEFAULT_GRACE_SECONDS: Final = 10.0
+"""How long a runner whose worker died may take to end the clean way (exo's own
+shutdown) before it is killed; also what a sweep waits between SIGTERM and SIGKILL."""
+MAX_GRACE_SECONDS: Final = 120.0
+WEDGE_SECONDS: Final = 0.5
+"""A runner that has not begun its clean ending this long after the notice is wedged
+(its main thread is in native code holding the GIL) and is killed then."""
 
 T = TypeVar("T")
 
@@ -86,13 +92,19 @@ def parse_grace(raw: str | None) -> Parsed[float]:
         seconds = float(raw)
     except ValueError:
         seconds = -1.0
-    if not 0.0 <= seconds <= 60.0:
+    if not 0.0 <= seconds <= MAX_GRACE_SECONDS:
         return Parsed(
             DEFAULT_GRACE_SECONDS,
-            f"{GRACE_ENV}={raw!r} is not a number of seconds in 0..60: "
+            f"{GRACE_ENV}={raw!r} is not a number of seconds in 0..{MAX_GRACE_SECONDS:g}: "
             f"using {DEFAULT_GRACE_SECONDS:g}",
         )
     return Parsed(seconds)
+
+
+def grace_setting() -> Parsed[float]:
+    """EXO_ORPHAN_GUARD_GRACE: the runner's clean-ending bound and the default grace of
+    `sweep` and `exec`."""
+    return parse_grace(os.environ.get(GRACE_ENV))
 
 
 def registry_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -140,9 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     exec_command.add_argument(
         "--grace",
         type=_seconds,
-        default=settings.DEFAULT_GRACE_SECONDS,
         metavar="SECONDS",
-        help=f"between the forwarded signal and SIGKILL (default "
+        help=f"between the forwarded signal and SIGKILL (default ${settings.GRACE_ENV} or "
         f"{settings.DEFAULT_GRACE_SECONDS:g})",
     )
     exec_command.add_argument(
@@ -328,7 +327,9 @@ def _exec(arguments: argparse.Namespace) -> int:
 def _seconds(text: str) -> float:
     parsed = settings.parse_grace(text)
     if parsed.warning is not None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in 0..60")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds in 0..{settings.MAX_GRACE_SECONDS:g}"
+        )
     return parsed.value
 
 

@@ -7,10 +7,12 @@ it runs CMD as its child and watches its own parent with the same parent watch a
 exo runner (`runner_watch.arm_watch`: watch thread, PR_SET_PDEATHSIG, forked
 watchdog, registry record), so `scan`/`sweep` see it like a runner.
 
-CMD and its tree die when the wrapper's parent dies, when the wrapper gets SIGTERM,
-SIGINT or SIGHUP (forwarded to CMD, SIGKILL after the grace), and with `stdin_hup`
-when the wrapper's stdin reaches EOF or hangs up. The wrapper exits with CMD's
-status (128+N for signal N) and never before CMD.
+CMD and its tree are stopped (SIGTERM, SIGKILL after the grace) when the wrapper's
+parent dies (the watch's `WorkerGone`, on the wrapper's main thread), when the
+wrapper gets SIGTERM, SIGINT or SIGHUP (forwarded to CMD), and with `stdin_hup` when
+the wrapper's stdin reaches EOF or hangs up. The grace defaults to
+EXO_ORPHAN_GUARD_GRACE. The wrapper exits with CMD's status (128+N for signal N) and
+never before CMD.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from typing import Final, final
 from loguru import logger
 
 from .. import system
+from ..sweeper import endings
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
 from .runner_watch import arm_watch
+from .worker_gone import WorkerGone
 
 FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STDIN_HUP_SIGNAL: Final = signal.SIGTERM
@@ -45,13 +49,17 @@ EXIT_PARENT_GONE: Final = 1
 _LOG_PREFIX: Final = "exo-orphan-guard exec"
 _STDIN_EVENTS: Final = select.POLLIN | select.POLLHUP | select.POLLERR
 _STDIN_CHUNK: Final = 65536
+_WATCHDOG_MARGIN_SECONDS: Final = 1.0
+"""The watchdog bounds the wrapper's own stop this much later than the grace, so that
+the wrapper's SIGKILL to CMD, not the watchdog's group kill, ends a CMD that hangs."""
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class ExecOptions:
     command: tuple[str, ...]
-    grace: float = settings.DEFAULT_GRACE_SECONDS
+    grace: float | None = None
+    """None: EXO_ORPHAN_GUARD_GRACE (default 10 s)."""
     stdin_hup: bool = False
 
 
@@ -63,6 +71,11 @@ def exit_status(returncode: int) -> int:
 def run(options: ExecOptions) -> int:
     """Run the command guarded; return the exit status to exit with."""
     _quiet_logging()
+    if options.grace is None:
+        setting = settings.grace_setting()
+        if setting.warning is not None:
+            warn_once(setting.warning)
+        options = ExecOptions(options.command, setting.value, options.stdin_hup)
     parent = identity_of(os.getppid())
     if parent is None or liveness(parent) == "gone":
         logger.warning(f"{_LOG_PREFIX}: the parent is already gone: not starting the command")
@@ -139,8 +152,10 @@ def _watch_parent(parent: ProcessIdentity, group: int | None, options: ExecOptio
     rank = os.environ.get("MLX_RANK")
     if rank is not None:
         labels["mlx_rank"] = rank
+    grace = _grace(options)
     try:
-        arm_watch(current_identity(), parent, group, labels, strategy.value)
+        watchdog_grace = grace + _WATCHDOG_MARGIN_SECONDS if grace > 0 else 0.0
+        arm_watch(current_identity(), parent, group, labels, strategy.value, watchdog_grace)
     except Exception as error:  # signal forwarding still works without the watch
         logger.opt(exception=error).warning(
             f"{_LOG_PREFIX}: could not watch parent {parent.pid}: the command will not die with it"
@@ -191,6 +206,7 @@ class _Supervisor:
         self._options = options
         self._signals = signals
         self._deadline: float | None = None
+        self._parent_gone_at: float | None = None
         self._poller = select.poll()
         self._poller.register(signals.read_end, select.POLLIN)
         self._watching_stdin = options.stdin_hup
@@ -199,25 +215,58 @@ class _Supervisor:
 
     def run(self) -> int:
         while True:
-            returncode = self._child.poll()
+            try:
+                returncode = self._step()
+            except WorkerGone:
+                self._parent_gone_at = time.monotonic()
+                self._stop(signal.SIGTERM, "its parent died")
+                continue
             if returncode is not None:
                 break
-            for number in self._signals.drain():
-                self._stop(number, f"got {signal.Signals(number).name}")
-            now = time.monotonic()
-            if self._deadline is not None and now >= self._deadline:
-                self._kill_tree()
-                self._deadline = None
-                self._child.wait()
-                continue
-            timeout = None if self._deadline is None else (self._deadline - now) * 1000
-            for fd, events in self._poll(timeout):
-                if fd == 0:
-                    self._read_stdin(events)
         if self._deadline is not None:
             # Stopped on request: what CMD left in its group goes with it.
             self._kill_tree()
         return returncode
+
+    def _step(self) -> int | None:
+        returncode = self._child.poll()
+        if returncode is not None:
+            return returncode
+        for number in self._signals.drain():
+            self._stop(number, f"got {signal.Signals(number).name}")
+        now = time.monotonic()
+        if self._deadline is not None and now >= self._deadline:
+            self._record_hard_stop()
+            self._kill_tree()
+            self._deadline = None
+            self._child.wait()
+            return None
+        timeout = None if self._deadline is None else (self._deadline - now) * 1000
+        for fd, events in self._poll(timeout):
+            if fd == 0:
+                self._read_stdin(events)
+        return None
+
+    def _record_hard_stop(self) -> None:
+        """CMD outlived the grace after its launcher died: a hard kill, recorded as one."""
+        if self._parent_gone_at is None:
+            return
+        me = current_identity()
+        endings.record(
+            settings.registry_dir(),
+            endings.Ending(
+                event="ended",
+                pid=me.pid,
+                started=me.started,
+                boot_id=system.boot_id(),
+                at=time.time(),
+                by="exec",
+                how="killed",
+                after_seconds=time.monotonic() - self._parent_gone_at,
+                why=f"the command did not exit within the {_grace(self._options):g} s grace "
+                "after SIGTERM: SIGKILL",
+            ),
+        )
 
     def _poll(self, timeout_ms: float | None) -> list[tuple[int, int]]:
         try:
@@ -238,11 +287,12 @@ class _Supervisor:
 
     def _stop(self, number: int, why: str) -> None:
         if self._deadline is None:
+            grace = _grace(self._options)
             logger.warning(
                 f"{_LOG_PREFIX}: {why}: sending {signal.Signals(number).name} to "
-                f"{self._child.pid}, SIGKILL in {self._options.grace:g} s"
+                f"{self._child.pid}, SIGKILL in {grace:g} s"
             )
-            self._deadline = time.monotonic() + self._options.grace
+            self._deadline = time.monotonic() + grace
         with contextlib.suppress(ProcessLookupError):
             self._child.send_signal(number)
 
@@ -263,6 +313,10 @@ class _Supervisor:
             if pid not in spared:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
+
+
+def _grace(options: ExecOptions) -> float:
+    return settings.DEFAULT_GRACE_SECONDS if options.grace is None else options.grace
 
 
 def parse_command(words: Sequence[str]) -> tuple[str, ...]:

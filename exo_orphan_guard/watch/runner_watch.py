@@ -1,11 +1,15 @@
-"""The parent watch: a runner ends itself and its tree when its worker dies.
+"""The parent watch: a runner ends, with its tree, when its worker dies.
 
-`plan_watch` decides which mechanisms to arm (pure, tested with made-up capabilities);
-`guard_runner` probes the system, arms them and records the runner.
+`watch_plan.plan_watch` decides which mechanisms to arm and how the runner ends;
+`guard_runner` probes the system, arms them and records the runner. The ending is
+clean when it can be (`clean_ending`: exo's own shutdown on the main thread, bounded
+by the watchdog); killing the runner's group at once is what is left when it cannot
+(grace 0, no watchdog, not the main thread).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import multiprocessing.util
 import os
@@ -13,96 +17,22 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Final, Literal, NoReturn, final
+from typing import NoReturn
 
 import psutil
 from loguru import logger
 
 from .. import system
+from ..sweeper import endings
 from ..sweeper.registry import Registry, RunnerRecord
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
+from . import clean_ending
 from .tree_kill import kill_runner_tree
 from .waiters import WaiterName, usable_waiters, wait_for_exit
-from .watchdog import start_watchdog
-
-ParentDeathSignal = Literal[
-    "safe", "spawned-by-other-thread", "not-worker-child", "unknown", "unsupported"
-]
-
-_PARENT_DEATH_SIGNAL_REASONS: Final[Mapping[ParentDeathSignal, str]] = {
-    "safe": "",
-    "spawned-by-other-thread": (
-        "the worker spawned this runner from a thread other than its main thread, "
-        "and PR_SET_PDEATHSIG would fire when that thread exits"
-    ),
-    "not-worker-child": "this runner's parent is not the worker",
-    "unknown": "the kernel does not say which worker thread spawned this runner",
-    "unsupported": "this OS has no PR_SET_PDEATHSIG",
-}
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class WatchCapabilities:
-    waiters: tuple[WaiterName, ...]
-    """Usable waiters, preferred first."""
-    parent_death_signal: ParentDeathSignal
-    can_fork: bool
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class WatchPlan:
-    thread_chain: tuple[WaiterName, ...]
-    """Waiters for a watch thread inside the runner; empty: no thread."""
-    parent_death_signal: bool
-    watchdog: bool
-    notes: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        parts: list[str] = []
-        if self.thread_chain:
-            parts.append(f"{self.thread_chain[0]} thread")
-        if self.parent_death_signal:
-            parts.append("PR_SET_PDEATHSIG")
-        if self.watchdog:
-            parts.append("watchdog process")
-        return " + ".join(parts) or "nothing"
-
-
-def plan_watch(strategy: settings.Strategy, capabilities: WatchCapabilities) -> WatchPlan:
-    """Which mechanisms to arm. `auto` arms every one that is safe here: a thread for
-    the common case, PR_SET_PDEATHSIG and the watchdog for a runner holding the GIL."""
-    safe_signal = capabilities.parent_death_signal == "safe"
-    signal_note = _PARENT_DEATH_SIGNAL_REASONS[capabilities.parent_death_signal]
-    auto = WatchPlan(capabilities.waiters, safe_signal, capabilities.can_fork)
-    match strategy:
-        case "auto":
-            return auto
-        case "pidfd" | "kqueue" | "sentinel" | "poll":
-            if strategy in capabilities.waiters:
-                return WatchPlan((strategy,), parent_death_signal=False, watchdog=False)
-            return _with_note(auto, f"the {strategy} waiter is not usable here: using auto")
-        case "pdeathsig":
-            if safe_signal:
-                return WatchPlan((), parent_death_signal=True, watchdog=False)
-            fallback = WatchPlan((), False, True) if capabilities.can_fork else auto
-            return _with_note(
-                fallback,
-                f"PR_SET_PDEATHSIG is not safe here ({signal_note}): using {fallback.describe()}",
-            )
-        case "watchdog":
-            if capabilities.can_fork:
-                return WatchPlan((), parent_death_signal=False, watchdog=True)
-            return _with_note(auto, "cannot fork a watchdog here: using auto")
-
-
-def _with_note(plan: WatchPlan, note: str) -> WatchPlan:
-    return WatchPlan(plan.thread_chain, plan.parent_death_signal, plan.watchdog, (note,))
-
+from .watch_plan import ParentDeathSignal, WatchCapabilities, WatchPlan, plan_watch
+from .watchdog import EndingPlan, start_watchdog
 
 _active_plan: WatchPlan | None = None
 
@@ -139,11 +69,14 @@ def _start_watch(labels: Mapping[str, str]) -> WatchPlan | None:
     strategy = settings.parse_strategy(os.environ.get(settings.STRATEGY_ENV))
     if strategy.warning is not None:
         warn_once(strategy.warning)
+    grace = settings.grace_setting()
+    if grace.warning is not None:
+        warn_once(grace.warning)
     me = current_identity()
     worker = _recorded_worker()
     if worker is None or liveness(worker) == "gone":
         _die(me, None, "its worker died before the runner was guarded")
-    return arm_watch(me, worker, _lead_own_process_group(), labels, strategy.value)
+    return arm_watch(me, worker, _lead_own_process_group(), labels, strategy.value, grace.value)
 
 
 def arm_watch(
@@ -152,10 +85,12 @@ def arm_watch(
     group: int | None,
     labels: Mapping[str, str],
     strategy: settings.Strategy,
+    grace: float,
 ) -> WatchPlan:
     """Arm the watch of process `me` (this one) on `worker` and record it.
 
-    `group`: the process group `me` leads, or None. Exits at once (killing the tree)
+    `group`: the process group `me` leads, or None. `grace`: how long a clean ending
+    may take (0: none, the tree is killed at once). Exits at once (killing the tree)
     if the worker dies while the watch is armed. Raises whatever arming fails with.
     """
     # Everything `me` starts from now on inherits this: proof, later, of what it started.
@@ -164,33 +99,27 @@ def arm_watch(
         waiters=usable_waiters(worker),
         parent_death_signal=_parent_death_signal_safety(worker, me),
         can_fork=hasattr(os, "fork"),
+        main_thread=threading.current_thread() is threading.main_thread(),
     )
-    plan = plan_watch(strategy, capabilities)
+    plan = plan_watch(strategy, capabilities, grace)
     for note in plan.notes:
         logger.warning(f"orphan guard: {note}")
 
+    registry = _open_registry()
+    if plan.watchdog:
+        plan = _fork_watchdog(me, worker, group, plan, capabilities, registry, labels, grace)
     if plan.parent_death_signal:
-        system.set_parent_death_signal(signal.SIGKILL)
+        clean = plan.ending == "clean"
+        system.set_parent_death_signal(clean_ending.NOTICE_SIGNAL if clean else signal.SIGKILL)
         # The worker may have died before the signal was armed: it would never come.
         if liveness(worker) == "gone":
             _die(me, group, "its worker died while the watch was being armed")
-
-    record_path = _record_runner(me, worker, group, labels)
-    if plan.watchdog:
-        # A forked watchdog inherits no multiprocessing sentinel it could trust.
-        chain: tuple[WaiterName, ...] = tuple(
-            name for name in capabilities.waiters if name != "sentinel"
-        )
-        try:
-            start_watchdog(worker, me, group, chain, record_path)
-        except OSError as error:
-            logger.warning(f"orphan guard: could not fork the watchdog ({error})")
-            if not plan.thread_chain:
-                plan = WatchPlan(capabilities.waiters, plan.parent_death_signal, False)
+    if registry is not None:
+        _record_runner(registry, me, worker, group, labels, grace, plan)
     if plan.thread_chain:
         threading.Thread(
             target=_watch_in_thread,
-            args=(worker, me, group, plan.thread_chain),
+            args=(worker, me, group, plan),
             name="exo-orphan-guard-watch",
             daemon=True,
         ).start()
@@ -200,6 +129,56 @@ def arm_watch(
         f"orphan guard: runner {me.pid} dies with worker {worker.pid} "
         f"({plan.describe()}) {described}".rstrip()
     )
+    if plan.why_kill and grace > 0:
+        logger.warning(f"orphan guard: runner {me.pid} is killed at once: {plan.why_kill}")
+    return plan
+
+
+def _fork_watchdog(
+    me: ProcessIdentity,
+    worker: ProcessIdentity,
+    group: int | None,
+    plan: WatchPlan,
+    capabilities: WatchCapabilities,
+    registry: Registry | None,
+    labels: Mapping[str, str],
+    grace: float,
+) -> WatchPlan:
+    """Start the watchdog (and, for a clean ending, the pipe it learns of it by); the
+    plan as it stands after, without the watchdog or the clean ending if fork fails."""
+    clean = plan.ending == "clean"
+    begun_read, begun_write = os.pipe() if clean else (None, None)
+    ending = EndingPlan(
+        grace=grace if clean else 0.0,
+        begun=begun_read,
+        endings_path=None if registry is None else str(registry.path / endings.ENDINGS_NAME),
+        boot_id=system.boot_id(),
+        labels=dict(labels),
+        why_no_clean_ending=plan.why_kill,
+    )
+    # A forked watchdog inherits no multiprocessing sentinel it could trust.
+    chain: tuple[WaiterName, ...] = tuple(
+        name for name in capabilities.waiters if name != "sentinel"
+    )
+    record_path = None if registry is None else str(registry.record_path(me.pid))
+    try:
+        start_watchdog(worker, me, group, chain, record_path, ending)
+    except OSError as error:
+        logger.warning(f"orphan guard: could not fork the watchdog ({error})")
+        if begun_write is not None:
+            os.close(begun_write)
+        return dataclasses.replace(
+            plan,
+            watchdog=False,
+            thread_chain=plan.thread_chain or capabilities.waiters,
+            ending="kill",
+            why_kill="no watchdog process to bound a clean ending",
+        )
+    finally:
+        if begun_read is not None:
+            os.close(begun_read)
+    if begun_write is not None:
+        clean_ending.install(me, worker, begun_write, grace)
     return plan
 
 
@@ -268,14 +247,22 @@ def _keep_writing_to_the_terminal() -> None:
     signal.signal(signal.SIGTTOU, signal.SIG_IGN)
 
 
-def _record_runner(
-    me: ProcessIdentity, worker: ProcessIdentity, group: int | None, labels: Mapping[str, str]
-) -> str | None:
+def _open_registry() -> Registry | None:
     registry, problem = Registry.open(settings.registry_dir(), create=True)
-    if registry is None:
-        if problem is not None:
-            warn_once(f"{problem}; this runner is not recorded")
-        return None
+    if registry is None and problem is not None:
+        warn_once(f"{problem}; this runner is not recorded")
+    return registry
+
+
+def _record_runner(
+    registry: Registry,
+    me: ProcessIdentity,
+    worker: ProcessIdentity,
+    group: int | None,
+    labels: Mapping[str, str],
+    grace: float,
+    plan: WatchPlan,
+) -> None:
     process = psutil.Process(me.pid)
     try:
         exe: str | None = process.exe()
@@ -292,26 +279,48 @@ def _record_runner(
         pgid=group,
         recorded_at=time.time(),
         labels=dict(labels),
+        grace=grace if plan.ending == "clean" else None,
     )
     try:
         path = registry.write(record)
     except OSError as error:
         warn_once(f"orphan registry {registry.path}: cannot write a record ({error.strerror})")
-        return None
+        return
     multiprocessing.util.Finalize(None, registry.remove, args=(path,), exitpriority=0)
-    return str(path)
 
 
 def _watch_in_thread(
-    worker: ProcessIdentity, me: ProcessIdentity, group: int | None, chain: tuple[WaiterName, ...]
+    worker: ProcessIdentity, me: ProcessIdentity, group: int | None, plan: WatchPlan
 ) -> None:
-    wait_for_exit(worker, chain)
-    _die(me, group, f"its worker {worker.pid} died")
+    wait_for_exit(worker, plan.thread_chain)
+    if plan.ending == "clean":
+        clean_ending.notice_main_thread()  # the watchdog bounds what follows
+        return
+    _die(me, group, f"its worker {worker.pid} died; killed at once: {plan.why_kill}")
 
 
 def _die(me: ProcessIdentity, group: int | None, why: str) -> NoReturn:
     try:
         logger.warning(f"orphan guard: runner {me.pid} exits: {why}")
+        # The watchdog records it too, if it gets there first: one ending, two lines.
+        _record_kill(me, why)
     finally:
         kill_runner_tree(me, group)
         os._exit(1)
+
+
+def _record_kill(me: ProcessIdentity, why: str) -> None:
+    endings.record(
+        settings.registry_dir(),
+        endings.Ending(
+            event="ended",
+            pid=me.pid,
+            started=me.started,
+            boot_id=system.boot_id(),
+            at=time.time(),
+            by="watch",
+            how="killed",
+            after_seconds=0.0,
+            why=why,
+        ),
+    )

@@ -1,0 +1,236 @@
+"""How runners ended: a line each in the registry's `endings.jsonl`.
+
+A guarded runner whose worker dies ends the clean way or is killed; its record is
+gone with it, so the ending is kept here, for `sweep`, `scan` and `doctor` to read.
+Two events per ending: `begun` (its watchdog saw the clean ending start; the line
+holds the deadline of its grace) and `ended` (`clean`: it exited by itself;
+`killed`: it was killed, with the reason). A sweep also records how each orphan it
+ended went.
+
+Lines are appended with one `write` each (atomic for lines this short), by processes
+that take no lock: watchdogs and sweeps. Only a sweep, holding the registry's lock,
+shortens the file. A line that is not an ending is skipped, never trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Final, Literal, TypeVar, cast, final
+
+from ..system.identity import ProcessIdentity
+from ..system.process_facts import Pid
+from .registry import Registry
+
+ENDINGS_NAME: Final = "endings.jsonl"
+SCHEMA: Final = "exo-orphan-guard/ending/1"
+MAX_READ_BYTES: Final = 1 << 20
+KEEP_LINES: Final = 500
+"""What a sweep keeps when it shortens the file (this boot's, newest)."""
+_MAX_LINE_BYTES: Final = 3072
+T = TypeVar("T")
+
+Event = Literal["begun", "ended"]
+How = Literal["clean", "killed"]
+By = Literal["watchdog", "watch", "sweep", "exec"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Ending:
+    event: Event
+    pid: Pid
+    started: float
+    boot_id: str
+    at: float
+    """Wall-clock time of the event (for people; nothing is timed by it)."""
+    by: By
+    how: How | None = None
+    """`ended` only."""
+    after_seconds: float | None = None
+    """`ended` only: from the notice of the worker's death (or the sweep's first
+    signal) to the end."""
+    why: str = ""
+    deadline: float | None = None
+    """`begun` only: `time.monotonic()` when its grace runs out (the same clock in
+    every process of one boot)."""
+    labels: Mapping[str, str] = field(default_factory=dict[str, str])
+
+    @property
+    def identity(self) -> ProcessIdentity:
+        return ProcessIdentity(self.pid, self.started)
+
+    def to_line(self) -> bytes:
+        document: dict[str, object] = {
+            "schema": SCHEMA,
+            "event": self.event,
+            "pid": self.pid,
+            "started": self.started,
+            "boot_id": self.boot_id,
+            "at": round(self.at, 3),
+            "by": self.by,
+            "how": self.how,
+            "after_s": None if self.after_seconds is None else round(self.after_seconds, 4),
+            "why": self.why,
+            "deadline": self.deadline,
+            "labels": dict(self.labels),
+        }
+        line = json.dumps(document, sort_keys=True).encode() + b"\n"
+        if len(line) > _MAX_LINE_BYTES:  # one write stays atomic: drop what makes it long
+            return replace(self, labels={}, why=self.why[:200]).to_line()
+        return line
+
+
+def append(path: Path | str, ending: Ending) -> bool:
+    """Add one line; False if it could not be written (the ending is then unrecorded,
+    never a reason to fail)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError:
+        return False
+    try:
+        os.write(fd, ending.to_line())
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def record(base: Path, ending: Ending) -> bool:
+    """Append `ending` to this host's file in the registry at `base`, if there is one."""
+    registry, _ = Registry.open(base, create=False)
+    return registry is not None and append(registry.path / ENDINGS_NAME, ending)
+
+
+def read(path: Path, boot_id: str) -> list[Ending]:
+    """This boot's endings in `path`, oldest first; nothing if the file is missing or
+    not trustworthy (another owner, writable by others, a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return []
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if (
+            not stat.S_ISREG(info.st_mode)
+            or info.st_uid != os.geteuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            return []
+        if info.st_size > MAX_READ_BYTES:
+            file.seek(info.st_size - MAX_READ_BYTES)
+        data = file.read(MAX_READ_BYTES)
+    endings = (parse_line(line) for line in data.splitlines())
+    return [ending for ending in endings if ending is not None and ending.boot_id == boot_id]
+
+
+def parse_line(line: bytes) -> Ending | None:
+    try:
+        document: object = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    fields = {str(key): value for key, value in cast(dict[object, object], document).items()}
+    event, how, by = fields.get("event"), fields.get("how"), fields.get("by")
+    pid, started, boot_id = fields.get("pid"), fields.get("started"), fields.get("boot_id")
+    labels = fields.get("labels")
+    if (
+        fields.get("schema") != SCHEMA
+        or event not in ("begun", "ended")
+        or how not in ("clean", "killed", None)
+        or by not in ("watchdog", "watch", "sweep", "exec")
+        or not _is_int(pid)
+        or not _is_number(started)
+        or not isinstance(boot_id, str)
+        or not isinstance(labels, dict)
+    ):
+        return None
+    return Ending(
+        event=event,
+        pid=Pid(cast(int, pid)),
+        started=float(cast(float, started)),
+        boot_id=boot_id,
+        at=_number_or(fields.get("at"), 0.0),
+        by=by,
+        how=how,
+        after_seconds=_number_or(fields.get("after_s"), None),
+        why=str(fields.get("why", "")),
+        deadline=_number_or(fields.get("deadline"), None),
+        labels={str(key): str(value) for key, value in cast(dict[object, object], labels).items()},
+    )
+
+
+def latest(endings: Iterable[Ending]) -> dict[ProcessIdentity, Ending]:
+    """The newest word on each runner: `ended` over `begun`, `killed` over `clean`."""
+    found: dict[ProcessIdentity, Ending] = {}
+    for ending in endings:
+        known = found.get(ending.identity)
+        if known is None or _weight(ending) >= _weight(known):
+            found[ending.identity] = ending
+    return found
+
+
+def clean_deadline(
+    ending: Ending | None, grace: float | None, now: float, wedge_seconds: float
+) -> float | None:
+    """Until when a sweep waits for a guarded runner to end by itself (monotonic), or
+    None: not guarded for a clean ending, or already ended.
+
+    With a `begun` line: the deadline its watchdog wrote. Without one the runner may
+    not have had the notice yet, or be wedged and about to be killed: the wedge bound
+    and a little more, by which time its watchdog has begun, or killed it.
+    """
+    if grace is None or grace <= 0 or (ending is not None and ending.event == "ended"):
+        return None
+    if ending is not None and ending.deadline is not None:
+        return min(ending.deadline, now + grace)
+    return now + wedge_seconds + 0.5
+
+
+def hard_kills(endings: Sequence[Ending]) -> list[Ending]:
+    """Runners killed rather than ended cleanly, newest first."""
+    ended = [ending for ending in latest(endings).values() if ending.event == "ended"]
+    return sorted(
+        (ending for ending in ended if ending.how == "killed"),
+        key=lambda ending: ending.at,
+        reverse=True,
+    )
+
+
+def compact(path: Path, boot_id: str) -> None:
+    """Keep this boot's newest `KEEP_LINES` lines; called by a sweep under the lock."""
+    with contextlib.suppress(OSError):
+        if os.lstat(path).st_size <= MAX_READ_BYTES // 2:
+            return
+        kept = read(path, boot_id)[-KEEP_LINES:]
+        temporary = path.with_name(f".tmp-{ENDINGS_NAME}-{time.monotonic_ns()}")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temporary, flags, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(b"".join(ending.to_line() for ending in kept))
+        os.replace(temporary, path)
+
+
+def _weight(ending: Ending) -> int:
+    return {"begun": 0, "ended": 1}[ending.event] + (ending.how == "killed")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _number_or(value: object, default: T) -> float | T:
+    return float(cast(float, value)) if _is_number(value) else default
