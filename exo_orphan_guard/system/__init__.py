@@ -43,7 +43,7 @@ if BACKEND == "linux":
         set_parent_death_signal,
         stuck_state,
     )
-    from ._posix import close_files_from, descendant_pids, memory_usage
+    from ._posix import close_files_from, descendant_pids, hardware_uuid, memory_usage
 elif sys.platform == "darwin":
     from ._darwin import (
         PIPES_VISIBLE,
@@ -55,6 +55,7 @@ elif sys.platform == "darwin":
         environment_value,
         forked_by_main_thread,
         group_members,
+        hardware_uuid,
         is_stopped,
         iter_command_lines,
         memory_usage,
@@ -75,6 +76,7 @@ else:
         environment_value,
         forked_by_main_thread,
         group_members,
+        hardware_uuid,
         is_stopped,
         iter_command_lines,
         memory_usage,
@@ -130,6 +132,7 @@ __all__ = [
     "environment_value",
     "forked_by_main_thread",
     "group_members",
+    "hardware_uuid",
     "is_stopped",
     "iter_command_lines",
     "memory_usage",

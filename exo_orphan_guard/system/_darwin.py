@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+import uuid
 from collections.abc import Callable
 from functools import cache
 from typing import Final, Protocol, cast
@@ -43,6 +44,7 @@ __all__ = [
     "environment_value",
     "forked_by_main_thread",
     "group_members",
+    "hardware_uuid",
     "is_stopped",
     "iter_command_lines",
     "memory_usage",
@@ -55,10 +57,13 @@ __all__ = [
 ]
 
 _RUSAGE_INFO_V0: Final = 0
+_HOST_UUID_WAIT_SECONDS: Final = 5
+"""gethostuuid(3) waits for IOKit to publish IOPlatformUUID (long done after boot); a
+zero timeout would mean waiting forever."""
 
 
 class DarwinLibc(Protocol):
-    """The two libSystem calls used here (tests pass a fake)."""
+    """The libSystem calls used here (tests pass a fake)."""
 
     def sysctlbyname(
         self,
@@ -71,6 +76,17 @@ class DarwinLibc(Protocol):
     ) -> int: ...
 
     def proc_pid_rusage(self, pid: int, flavor: int, buffer: object, /) -> int: ...
+
+    def gethostuuid(self, uuid: object, wait: object, /) -> int: ...
+
+
+class Timespec(ctypes.Structure):
+    """`struct timespec` from <sys/_types/_timespec.h>: two longs on LP64."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("tv_sec", ctypes.c_long),
+        ("tv_nsec", ctypes.c_long),
+    )
 
 
 class RusageInfoV0(ctypes.Structure):
@@ -108,6 +124,17 @@ def boot_session(libc: DarwinLibc) -> str | None:
     return sysctl_string("kern.bootsessionuuid", libc)
 
 
+def host_uuid(libc: DarwinLibc) -> str | None:
+    """The Mac's hardware UUID (IOPlatformUUID) from `gethostuuid(3)`: unlike the
+    hostname, which macOS changes at run time (DHCP, Bonjour's "-2" renames), no
+    rename or network moves it."""
+    buffer = (ctypes.c_uint8 * 16)()
+    wait = Timespec(_HOST_UUID_WAIT_SECONDS, 0)
+    if libc.gethostuuid(buffer, ctypes.pointer(wait)) != 0 or not any(buffer):
+        return None
+    return str(uuid.UUID(bytes=bytes(buffer))).upper()
+
+
 def physical_footprint(pid: int, libc: DarwinLibc) -> int | None:
     """`ri_phys_footprint` from `proc_pid_rusage`: Metal buffers included, unlike RSS."""
     info = RusageInfoV0()
@@ -130,12 +157,19 @@ def _libc() -> DarwinLibc:
     libc.sysctlbyname.restype = ctypes.c_int
     libc.proc_pid_rusage.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
     libc.proc_pid_rusage.restype = ctypes.c_int
+    libc.gethostuuid.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    libc.gethostuuid.restype = ctypes.c_int
     return cast(DarwinLibc, libc)
 
 
 @cache
 def boot_id() -> str:
     return boot_session(_libc()) or posix_boot_id()
+
+
+@cache
+def hardware_uuid() -> str | None:
+    return host_uuid(_libc())
 
 
 def memory_usage(pid: int, libc: DarwinLibc | None = None) -> MemoryUsage | None:

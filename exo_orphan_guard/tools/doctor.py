@@ -52,7 +52,8 @@ class NodeFacts:
     runners: tuple[ProcessInfo, ...]
     """Live exo runners on this node (spawn children running exo), orphans included."""
     stuck: tuple[tuple[int, str], ...]
-    """(pid, state) of runners or orphans stuck in uninterruptible wait."""
+    """(pid, state) of runners or orphans stuck in uninterruptible wait, and of this
+    user's processes listed with their details vanished (exiting or stuck: `?`)."""
 
 
 def gather(exo_tree: Path | None) -> NodeFacts:
@@ -74,10 +75,15 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         if info.is_spawn_child and info.runs_exo and not info.exited
     )
     suspects = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
+    exiting = {
+        verdict.pid
+        for verdict in verdicts
+        if verdict.action == "spare" and verdict.process is not None and verdict.process.vanished
+    }
     stuck = tuple(
         (pid, state)
-        for pid in sorted(suspects | {runner.pid for runner in runners})
-        if (state := system.stuck_state(pid)) is not None
+        for pid in sorted(suspects | exiting | {runner.pid for runner in runners})
+        if (state := system.stuck_state(pid) or ("?" if pid in exiting else None)) is not None
     )
     return NodeFacts(
         toggle=settings.guard_enabled(),
@@ -179,8 +185,9 @@ def _unkillable(facts: NodeFacts) -> Check:
         return Check(
             "unkillable",
             "WARN",
-            f"state unknown (`ps` cannot inspect them): {', '.join(map(str, unknown))}",
-            "run `sudo ps -o stat= -p PID`: U means only a reboot frees it",
+            f"stuck or exiting, state unknown (ps shows ?): {', '.join(map(str, unknown))}",
+            "run `sudo ps -o stat= -p PID` again in a minute: if it still shows U, or ?E, "
+            "it is stuck in the kernel and only a reboot frees its memory",
         )
     if not known:
         return Check("unkillable", "OK", "no runner stuck in uninterruptible wait (D/U)")
