@@ -43,7 +43,13 @@ if BACKEND == "linux":
         set_parent_death_signal,
         stuck_state,
     )
-    from ._posix import close_files_from, descendant_pids, hardware_uuid, memory_usage
+    from ._posix import (
+        close_files_from,
+        descendant_pids,
+        hardware_uuid,
+        memory_usage,
+        wired_memory,
+    )
 elif sys.platform == "darwin":
     from ._darwin import (
         PIPES_VISIBLE,
@@ -64,6 +70,7 @@ elif sys.platform == "darwin":
         read_start,
         set_parent_death_signal,
         stuck_state,
+        wired_memory,
     )
 else:
     from ._posix import (
@@ -85,6 +92,7 @@ else:
         read_start,
         set_parent_death_signal,
         stuck_state,
+        wired_memory,
     )
 
 
@@ -141,4 +149,5 @@ __all__ = [
     "read_start",
     "set_parent_death_signal",
     "stuck_state",
+    "wired_memory",
 ]

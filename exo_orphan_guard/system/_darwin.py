@@ -14,6 +14,8 @@ from collections.abc import Callable
 from functools import cache
 from typing import Final, Protocol, cast
 
+import psutil
+
 from ._posix import (
     PIPES_VISIBLE,
     become_child_subreaper,
@@ -32,7 +34,7 @@ from ._posix import (
 )
 from ._posix import boot_id as posix_boot_id
 from ._posix import memory_usage as posix_memory_usage
-from .process_facts import MemoryUsage
+from .process_facts import MemoryUsage, WiredMemory
 
 __all__ = [
     "PIPES_VISIBLE",
@@ -54,6 +56,7 @@ __all__ = [
     "set_parent_death_signal",
     "stuck_state",
     "stuck_state_from_ps",
+    "wired_memory",
 ]
 
 _RUSAGE_INFO_V0: Final = 0
@@ -209,3 +212,31 @@ def _ps_stat(pid: int) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return completed.stdout
+
+
+def wired_memory(
+    libc: DarwinLibc | None = None,
+    virtual_memory: Callable[[], object] = psutil.virtual_memory,
+    pids: Callable[[], list[int]] = psutil.pids,
+) -> WiredMemory:
+    """Wired memory (psutil's `wired`: host_statistics64's wire_count times the page
+    size, what `vm_stat` prints as "Pages wired down") beside the physical footprints
+    of every live process that can be read. OSError if the machine's figures cannot."""
+    try:
+        memory = virtual_memory()
+        listed = pids()
+    except (RuntimeError, OSError) as error:
+        raise OSError(f"psutil could not read the machine's memory: {error}") from error
+    ram, wired = getattr(memory, "total", None), getattr(memory, "wired", None)
+    if not isinstance(ram, int) or not isinstance(wired, int):
+        raise OSError("psutil reports no wired memory here")
+    handle = libc or _libc()
+    footprints = [physical_footprint(pid, handle) for pid in listed]
+    read = [footprint for footprint in footprints if footprint is not None]
+    return WiredMemory(
+        ram=ram,
+        wired=wired,
+        footprints=sum(read),
+        processes=len(read),
+        unreadable=len(footprints) - len(read),
+    )

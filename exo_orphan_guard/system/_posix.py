@@ -15,7 +15,7 @@ from typing import TypeVar, cast
 import psutil
 
 from .once import warn_once
-from .process_facts import MemoryUsage, Pid, ProcessStart
+from .process_facts import MemoryUsage, Pid, ProcessStart, WiredMemory
 from .process_read import Unread, read, read_or
 
 PIPES_VISIBLE = False
@@ -92,6 +92,12 @@ def boot_id() -> str:
 
 def hardware_uuid() -> str | None:
     """None: outside macOS records keep their hostname, pid namespace and machine-id key."""
+    return None
+
+
+def wired_memory() -> WiredMemory | None:
+    """None: memory stranded by hard-killed GPU processes is a macOS matter, measured
+    by `_darwin` only."""
     return None
 
 
