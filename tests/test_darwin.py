@@ -33,11 +33,14 @@ def test_stuck_state_asks_ps_for_the_pid() -> None:
 
 @final
 class FakeLibc:
-    """sysctlbyname(3) and proc_pid_rusage(2) as macOS answers them."""
+    """sysctlbyname(3), proc_pid_rusage(2) and gethostuuid(3) as macOS answers them."""
 
-    def __init__(self, sysctls: dict[bytes, bytes], footprints: dict[int, int]) -> None:
+    def __init__(
+        self, sysctls: dict[bytes, bytes], footprints: dict[int, int], host_uuid: bytes = b""
+    ) -> None:
         self.sysctls = sysctls
         self.footprints = footprints
+        self.host_uuid = host_uuid
         self.calls: list[tuple[object, ...]] = []
 
     def sysctlbyname(
@@ -69,6 +72,15 @@ class FakeLibc:
         info: Any = buffer
         info.contents.ri_resident_size = 1
         info.contents.ri_phys_footprint = self.footprints[pid]
+        return 0
+
+    def gethostuuid(self, uuid: object, wait: object, /) -> int:
+        timeout: Any = wait
+        buffer: Any = uuid
+        self.calls.append(("gethostuuid", timeout.contents.tv_sec, timeout.contents.tv_nsec))
+        if len(self.host_uuid) != 16:
+            return -1
+        ctypes.memmove(buffer, self.host_uuid, 16)
         return 0
 
 
@@ -110,3 +122,26 @@ def test_memory_falls_back_to_rss_labelled_as_such() -> None:
 
 def test_ps_question_mark_is_unknown_not_unstuck() -> None:
     assert _darwin.stuck_state_from_ps("?") == "?"
+
+
+def test_ps_exiting_with_unreadable_task_is_unknown() -> None:
+    # `?E`: ps could not read the task (XNU refuses it once exit began), P_WEXIT is set.
+    assert _darwin.stuck_state_from_ps("?E\n") == "?"
+
+
+def test_host_uuid_is_gethostuuid_formatted_as_ioreg_shows_it() -> None:
+    raw = bytes.fromhex("6F9619FF8B86D011B42D00C04FC964FF")
+    libc = FakeLibc({}, {}, host_uuid=raw)
+    assert _darwin.host_uuid(libc) == "6F9619FF-8B86-D011-B42D-00C04FC964FF"
+    # A bounded wait: a zero timespec would mean waiting forever.
+    assert libc.calls == [("gethostuuid", 5, 0)]
+
+
+def test_host_uuid_is_none_when_the_call_fails_or_says_nothing() -> None:
+    assert _darwin.host_uuid(FakeLibc({}, {})) is None
+    assert _darwin.host_uuid(FakeLibc({}, {}, host_uuid=bytes(16))) is None
+
+
+def test_timespec_layout_is_two_longs() -> None:
+    assert ctypes.sizeof(_darwin.Timespec) == 2 * ctypes.sizeof(ctypes.c_long)
+    assert _darwin.Timespec.tv_nsec.offset == ctypes.sizeof(ctypes.c_long)

@@ -7,7 +7,11 @@ import platform
 import subprocess
 import sys
 
+import pytest
+
 from exo_orphan_guard import system
+from exo_orphan_guard.sweeper.host_key import host_key
+from exo_orphan_guard.tools import rdma_ports, selftest
 
 
 def test_selftest_json_is_one_object_with_every_row() -> None:
@@ -24,6 +28,8 @@ def test_selftest_json_is_one_object_with_every_row() -> None:
     assert document["backend"] == system.BACKEND
     assert document["os"]["system"] == platform.system()
     assert document["versions"]["psutil"] is not None
+    assert document["host_key"]["kind"] in ("hostname", "hardware-uuid")
+    assert {"wired_memory", "rdma"} <= set(document)
     rows = {row["strategy"]: row for row in document["strategies"]}
     assert list(rows) == ["auto", "guard off"]
     assert [runner["kind"] for runner in rows["auto"]["runners"]] == [
@@ -35,3 +41,12 @@ def test_selftest_json_is_one_object_with_every_row() -> None:
     # The guard took every runner within the deadline; the control round left them all.
     assert all(runner["latency_ms"] is not None for runner in rows["auto"]["runners"])
     assert all(runner["latency_ms"] is None for runner in rows["guard off"]["runners"])
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="what a Linux machine answers")
+def test_the_backends_answers_for_a_bug_report() -> None:
+    answers = selftest.backend_answers()
+    key = host_key()
+    assert answers["host_key"] == {"kind": "hostname", "directory": key.name, "previous": None}
+    assert answers["wired_memory"] is None  # measured on macOS only
+    assert answers["rdma"] == rdma_ports.to_json(rdma_ports.read_devinfo())

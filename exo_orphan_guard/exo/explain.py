@@ -89,10 +89,10 @@ RULES: Final[tuple[_Rule, ...]] = (
                 "exo v1.0.71, where restarting exo alone did not help."
             ),
             next_steps=(
-                "on both nodes: `ibv_devinfo -d rdma_enN` must show PORT_ACTIVE",
+                "exo-orphan-guard doctor # on both nodes: its `rdma ports` line gives each "
+                "port's state (ibv_devinfo); the ports in use must be PORT_ACTIVE",
                 "`ifconfig enN` must show an inet6 fe80:: address and no bridge0 membership",
-                "re-plug the Thunderbolt cable or toggle that network service; reboot if it stays",
-                DOCTOR,
+                "reconnect the Thunderbolt cable; if the port stays down, restart both Macs",
             ),
             sources=(EXO_1973, MLX_3207),
             orphan_related=False,

@@ -27,6 +27,7 @@ import psutil
 from .. import system
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
+from ..system.process_read import read_or
 from .endings import How
 from .freeze_journal import FreezeJournal
 from .process_table import is_guard_command
@@ -218,14 +219,11 @@ def _result(family: _Family) -> KillResult:
 
 
 def _uid_of(pid: int) -> int | None:
-    try:
-        return psutil.Process(pid).uids().effective
-    except psutil.Error:
-        return None
+    return read_or(lambda: psutil.Process(pid).uids().effective, None)
 
 
 def _may_signal(pid: int, uid: int | None) -> bool:
-    try:
+    def allowed() -> bool:
         process = psutil.Process(pid)
         with process.oneshot():
             return (
@@ -233,5 +231,5 @@ def _may_signal(pid: int, uid: int | None) -> bool:
                 and process.uids().effective == uid
                 and not is_guard_command(process.cmdline())
             )
-    except psutil.Error:
-        return False
+
+    return read_or(allowed, False)

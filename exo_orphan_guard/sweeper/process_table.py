@@ -12,15 +12,16 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Literal, TypeVar, final
+from typing import Final, Literal, final
 
 import psutil
 
 from .. import system
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import MemoryUsage, Pid
+from ..system.process_read import Unread, read
 from ..system.settings import RUNNER_ENV
 from .exo_detect import ExoExecutables
 
@@ -28,8 +29,11 @@ SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
 _SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
 GUARD_COMMAND: Final = "exo-orphan-guard"
 _GUARD_MODULES: Final = frozenset({"exo_orphan_guard", "exo_orphan_guard.tools.cli"})
-T = TypeVar("T")
 _MAX_DEPTH: Final = 256
+EXITING: Final = "exiting"
+"""The state of a process whose details vanished while the process table still lists
+it: XNU refuses every per-process call (`proc_find`) once it starts tearing a process
+down, and a rank stuck in a driver on its way out stays so, holding its memory."""
 
 
 def is_guard_command(argv: Sequence[str]) -> bool:
@@ -73,6 +77,10 @@ class ProcessInfo:
     marker_readable: bool = False
     memory: MemoryUsage | None = None
     """Physical footprint on macOS (RSS hides Metal memory there), RSS elsewhere."""
+    vanished: bool = False
+    """Listed, but refused as no such process when asked for its details: exiting, or
+    stuck in the kernel on its way out (`ps` shows `?E`). Never gone: its status is
+    EXITING, its memory and group unknown, and no signal reaches it."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -198,6 +206,9 @@ def _read_runner_markers(processes: dict[Pid, ProcessInfo], groups: Collection[i
 def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> list[int]:
     found: list[int] = []
     for pid, raw in system.iter_command_lines():
+        if not raw:
+            found.append(pid)  # listed, its command line vanished: it may be a runner
+            continue
         words = raw.rstrip(b"\0").split(b"\0")
         if fingerprint and _SPAWN_CHILD_WORD in words:
             found.append(pid)
@@ -209,56 +220,73 @@ def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> lis
 
 
 def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
+    """What the snapshot knows of `pid`. Only the process table decides "gone": a
+    detail refused as no such process while the table still lists the process makes
+    it `vanished`, and any other failure leaves that detail unknown."""
     try:
         start = system.read_start(pid)
     except PermissionError:
         return "unreadable"
     if start is None:
         return "gone"
-    try:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            ppid = process.ppid()
-            uid = process.uids().effective
-            status = process.status()
-            create_time = process.create_time()
-            argv = _or_empty(process.cmdline)
-            exe = _or_none(process.exe)
-            rss = _or_none(lambda: process.memory_info().rss)
-        pgid = os.getpgid(pid)
-    except (psutil.NoSuchProcess, ProcessLookupError):
-        return "gone"
-    except (psutil.Error, OSError):  # OSError too: psutil 7.2.1 on macOS (#2708)
-        return "unreadable"
-    memory = system.memory_usage(pid)
+    process = read(lambda: psutil.Process(pid))
+    if isinstance(process, Unread):
+        return "gone" if process.gone and _unlisted(pid) else "unreadable"
+    with process.oneshot():
+        # One kinfo_proc sysctl on macOS, the stat file on Linux: these four come together.
+        listed = read(
+            lambda: (
+                process.ppid(),
+                process.uids().effective,
+                process.status(),
+                process.create_time(),
+            )
+        )
+        argv = read(process.cmdline)
+        exe = read(process.exe)
+        rss = read(lambda: process.memory_info().rss)
+    pgid = read(lambda: os.getpgid(pid))
+    if isinstance(listed, Unread):
+        return "gone" if listed.gone and _unlisted(pid) else "unreadable"
+    ppid, uid, status, create_time = listed
+    exited = start.exited
+    vanished = any(isinstance(detail, Unread) and detail.gone for detail in (argv, exe, rss, pgid))
+    if vanished:
+        try:
+            again = system.read_start(pid)
+        except PermissionError:
+            return "unreadable"
+        if again is None:
+            return "gone"
+        exited = again.exited
+        vanished = not exited
+    if vanished:
+        status = EXITING
+    elif exited:
+        status = psutil.STATUS_ZOMBIE
+    known = not vanished
     return ProcessInfo(
         pid=Pid(pid),
         ppid=ppid,
         started=start.started,
         uid=uid,
-        argv=tuple(argv),
-        exe=exe or None,
-        status=psutil.STATUS_ZOMBIE if start.exited else status,
-        rss=rss,
+        argv=() if isinstance(argv, Unread) else tuple(argv),
+        exe=None if isinstance(exe, Unread) else exe or None,
+        status=status,
+        rss=rss if known and not isinstance(rss, Unread) else None,
         create_time=create_time,
         runs_exo=False,
-        pgid=pgid,
-        memory=memory,
+        pgid=pgid if known and not isinstance(pgid, Unread) else None,
+        memory=system.memory_usage(pid) if known else None,
+        vanished=vanished,
     )
 
 
-def _or_empty(read: Callable[[], list[str]]) -> list[str]:
+def _unlisted(pid: int) -> bool:
     try:
-        return read()
-    except (psutil.AccessDenied, psutil.ZombieProcess):
-        return []
-
-
-def _or_none(read: Callable[[], T]) -> T | None:
-    try:
-        return read()
-    except (psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+        return system.read_start(pid) is None
+    except PermissionError:
+        return False
 
 
 def _protected(me: int, processes: Mapping[Pid, ProcessInfo]) -> set[int]:

@@ -7,9 +7,10 @@ the sweep re-checks every field against the live process before acting on it.
 Anything in the directory that another user could have written or swapped (foreign
 owner, group/other-writable, symlink) is refused with a warning and never acted on.
 
-Records live in a subdirectory per host (hostname, and on Linux the pid namespace):
-a home directory shared over NFS, or a volume shared by containers, holds records whose
-pids mean nothing here. A sweep reads, judges and deletes only its own host's.
+Records live in a subdirectory per host (`host_key`: the hardware UUID on macOS, the
+hostname and pid namespace on Linux): a home directory shared over NFS, or a volume
+shared by containers, holds records whose pids mean nothing here. A sweep reads,
+judges and deletes only its own host's.
 """
 
 from __future__ import annotations
@@ -17,12 +18,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import math
 import os
-import re
-import socket
 import stat
 import time
 from collections.abc import Generator, Mapping
@@ -32,6 +30,8 @@ from typing import Final, cast, final
 
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
+from .host_key import directory_to_read, host_key, move_legacy_records
+from .host_key import host_directory as host_directory
 
 SCHEMA: Final = "exo-orphan-guard/runner-record/1"
 RECORD_PREFIX: Final = "runner-"
@@ -41,33 +41,6 @@ LOCK_NAME: Final = "sweep.lock"
 MAX_RECORD_BYTES: Final = 64 * 1024
 STALE_TEMP_SECONDS: Final = 60.0
 _LOCK_POLL_SECONDS: Final = 0.05
-_HOST_PREFIX: Final = "host-"
-_PID_NAMESPACE: Final = "/proc/self/ns/pid"
-_MACHINE_ID: Final = "/etc/machine-id"
-
-
-def host_key() -> str:
-    """Names the pid space records are valid in: readable, and unique per machine and
-    per container (the pid namespace's inode differs in each, even on one kernel)."""
-    hostname = socket.gethostname()
-    parts = [hostname]
-    for path, read in ((_PID_NAMESPACE, os.readlink), (_MACHINE_ID, _read_text)):
-        try:
-            parts.append(read(path))
-        except OSError:
-            parts.append("-")
-    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
-    readable = re.sub(r"[^A-Za-z0-9._-]", "_", hostname.split(".")[0])[:40] or "host"
-    return f"{_HOST_PREFIX}{readable}-{digest}"
-
-
-def host_directory(base: Path) -> Path:
-    return base / host_key()
-
-
-def _read_text(path: str) -> str:
-    with open(path) as file:
-        return file.read().strip()
 
 
 @final
@@ -204,7 +177,8 @@ class Registry:
         """This host's registry under `base`, or None and a one-line reason to warn with
         (None and no reason: there is none yet)."""
         uid = os.geteuid()
-        path = host_directory(base)
+        key = host_key()
+        path = base / key.name if create else directory_to_read(base)
         for directory in (base, path):
             if create:
                 try:
@@ -220,6 +194,8 @@ class Registry:
             problem = directory_problem(info, uid)
             if problem is not None:
                 return None, f"orphan registry {directory} {problem}: refusing to use it"
+        if create:
+            move_legacy_records(base, key, uid)
         return Registry(path), None
 
     def record_path(self, pid: int) -> Path:

@@ -71,12 +71,22 @@ def to_table(report: SweepReport, *, show_spared: bool = False) -> str:
         lines.append(f"continued {identity.pid}: a dead sweep had left it stopped")
     for result in report.results:
         lines.append(_result_line(result))
+    exiting = [verdict for verdict in report.verdicts if _exiting(verdict)]
+    for verdict in exiting:
+        lines.append(
+            f"EXITING {verdict.pid} ({_who(verdict) or 'command line gone'}): {verdict.reason}"
+        )
     if show_spared:
         for verdict in report.verdicts:
-            if verdict.action != "kill":
+            if verdict.action != "kill" and verdict not in exiting:
                 lines.append(f"{verdict.action}: {verdict.pid}: {verdict.reason}")
     lines.append(report.summary())
     return "\n".join(lines)
+
+
+def _exiting(verdict: Verdict) -> bool:
+    """Spared as exiting or stuck: shown without --all, since it may hold a model."""
+    return verdict.action == "spare" and verdict.process is not None and verdict.process.vanished
 
 
 def _result_line(result: KillResult) -> str:

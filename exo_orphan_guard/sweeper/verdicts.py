@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, final
+from typing import Final, Literal, final
 
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
@@ -23,6 +23,11 @@ Action = Literal["kill", "spare", "forget"]
 process); the sweep deletes the record and never touches the process."""
 
 Rule = Literal["registry", "registry-group", "fingerprint", "match", "match-any-parent"]
+
+EXITING_REASON: Final = (
+    "exiting or stuck in the kernel: listed, but its details vanished (ps: ?E), and no "
+    "signal reaches it; if a later scan still lists it, only a reboot frees its memory"
+)
 
 
 @final
@@ -106,6 +111,10 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord, options: SweepOptio
         return verdict("spare", protection, process)
     if record.uid != table.uid:
         return verdict("spare", f"recorded for uid {record.uid}", process)
+    if process.vanished:
+        return verdict("spare", EXITING_REASON, process)
+    if not process.argv:
+        return verdict("spare", "its command line cannot be read now", process)
     if process.argv != record.argv:
         return verdict(
             "spare", "command line differs from the record: not recognisably the runner", process
@@ -183,13 +192,17 @@ def _judge_unrecorded(
 ) -> Verdict | None:
     matched = _matches(options, process)
     runner_like = options.fingerprint and process.is_spawn_child and process.runs_exo
-    if not (matched or runner_like) or process.exited:
+    if not (matched or runner_like or process.vanished) or process.exited:
         return None
 
     def verdict(action: Action, reason: str, rule: Rule | None = None) -> Verdict:
         return Verdict(process.pid, action, reason, rule if action == "kill" else None, process)
 
     protection = _protection(table, process, all_users=options.all_users)
+    if process.vanished:
+        # Named by no rule (its command line may be gone too), but it may be a rank that
+        # survived SIGKILL: shown, never signalled.
+        return None if protection is not None else verdict("spare", EXITING_REASON)
     if protection is not None:
         return verdict("spare", protection)
     if process.ppid in table.unreadable:

@@ -43,7 +43,13 @@ if BACKEND == "linux":
         set_parent_death_signal,
         stuck_state,
     )
-    from ._posix import close_files_from, descendant_pids, memory_usage
+    from ._posix import (
+        close_files_from,
+        descendant_pids,
+        hardware_uuid,
+        memory_usage,
+        wired_memory,
+    )
 elif sys.platform == "darwin":
     from ._darwin import (
         PIPES_VISIBLE,
@@ -55,6 +61,7 @@ elif sys.platform == "darwin":
         environment_value,
         forked_by_main_thread,
         group_members,
+        hardware_uuid,
         is_stopped,
         iter_command_lines,
         memory_usage,
@@ -63,6 +70,7 @@ elif sys.platform == "darwin":
         read_start,
         set_parent_death_signal,
         stuck_state,
+        wired_memory,
     )
 else:
     from ._posix import (
@@ -75,6 +83,7 @@ else:
         environment_value,
         forked_by_main_thread,
         group_members,
+        hardware_uuid,
         is_stopped,
         iter_command_lines,
         memory_usage,
@@ -83,6 +92,7 @@ else:
         read_start,
         set_parent_death_signal,
         stuck_state,
+        wired_memory,
     )
 
 
@@ -130,6 +140,7 @@ __all__ = [
     "environment_value",
     "forked_by_main_thread",
     "group_members",
+    "hardware_uuid",
     "is_stopped",
     "iter_command_lines",
     "memory_usage",
@@ -138,4 +149,5 @@ __all__ = [
     "read_start",
     "set_parent_death_signal",
     "stuck_state",
+    "wired_memory",
 ]

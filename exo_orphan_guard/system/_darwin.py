@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+import uuid
 from collections.abc import Callable
 from functools import cache
 from typing import Final, Protocol, cast
+
+import psutil
 
 from ._posix import (
     PIPES_VISIBLE,
@@ -31,7 +34,7 @@ from ._posix import (
 )
 from ._posix import boot_id as posix_boot_id
 from ._posix import memory_usage as posix_memory_usage
-from .process_facts import MemoryUsage
+from .process_facts import MemoryUsage, WiredMemory
 
 __all__ = [
     "PIPES_VISIBLE",
@@ -43,6 +46,7 @@ __all__ = [
     "environment_value",
     "forked_by_main_thread",
     "group_members",
+    "hardware_uuid",
     "is_stopped",
     "iter_command_lines",
     "memory_usage",
@@ -52,13 +56,17 @@ __all__ = [
     "set_parent_death_signal",
     "stuck_state",
     "stuck_state_from_ps",
+    "wired_memory",
 ]
 
 _RUSAGE_INFO_V0: Final = 0
+_HOST_UUID_WAIT_SECONDS: Final = 5
+"""gethostuuid(3) waits for IOKit to publish IOPlatformUUID (long done after boot); a
+zero timeout would mean waiting forever."""
 
 
 class DarwinLibc(Protocol):
-    """The two libSystem calls used here (tests pass a fake)."""
+    """The libSystem calls used here (tests pass a fake)."""
 
     def sysctlbyname(
         self,
@@ -71,6 +79,17 @@ class DarwinLibc(Protocol):
     ) -> int: ...
 
     def proc_pid_rusage(self, pid: int, flavor: int, buffer: object, /) -> int: ...
+
+    def gethostuuid(self, uuid: object, wait: object, /) -> int: ...
+
+
+class Timespec(ctypes.Structure):
+    """`struct timespec` from <sys/_types/_timespec.h>: two longs on LP64."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("tv_sec", ctypes.c_long),
+        ("tv_nsec", ctypes.c_long),
+    )
 
 
 class RusageInfoV0(ctypes.Structure):
@@ -108,6 +127,17 @@ def boot_session(libc: DarwinLibc) -> str | None:
     return sysctl_string("kern.bootsessionuuid", libc)
 
 
+def host_uuid(libc: DarwinLibc) -> str | None:
+    """The Mac's hardware UUID (IOPlatformUUID) from `gethostuuid(3)`: unlike the
+    hostname, which macOS changes at run time (DHCP, Bonjour's "-2" renames), no
+    rename or network moves it."""
+    buffer = (ctypes.c_uint8 * 16)()
+    wait = Timespec(_HOST_UUID_WAIT_SECONDS, 0)
+    if libc.gethostuuid(buffer, ctypes.pointer(wait)) != 0 or not any(buffer):
+        return None
+    return str(uuid.UUID(bytes=bytes(buffer))).upper()
+
+
 def physical_footprint(pid: int, libc: DarwinLibc) -> int | None:
     """`ri_phys_footprint` from `proc_pid_rusage`: Metal buffers included, unlike RSS."""
     info = RusageInfoV0()
@@ -130,12 +160,19 @@ def _libc() -> DarwinLibc:
     libc.sysctlbyname.restype = ctypes.c_int
     libc.proc_pid_rusage.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
     libc.proc_pid_rusage.restype = ctypes.c_int
+    libc.gethostuuid.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    libc.gethostuuid.restype = ctypes.c_int
     return cast(DarwinLibc, libc)
 
 
 @cache
 def boot_id() -> str:
     return boot_session(_libc()) or posix_boot_id()
+
+
+@cache
+def hardware_uuid() -> str | None:
+    return host_uuid(_libc())
 
 
 def memory_usage(pid: int, libc: DarwinLibc | None = None) -> MemoryUsage | None:
@@ -175,3 +212,31 @@ def _ps_stat(pid: int) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return completed.stdout
+
+
+def wired_memory(
+    libc: DarwinLibc | None = None,
+    virtual_memory: Callable[[], object] = psutil.virtual_memory,
+    pids: Callable[[], list[int]] = psutil.pids,
+) -> WiredMemory:
+    """Wired memory (psutil's `wired`: host_statistics64's wire_count times the page
+    size, what `vm_stat` prints as "Pages wired down") beside the physical footprints
+    of every live process that can be read. OSError if the machine's figures cannot."""
+    try:
+        memory = virtual_memory()
+        listed = pids()
+    except (RuntimeError, OSError) as error:
+        raise OSError(f"psutil could not read the machine's memory: {error}") from error
+    ram, wired = getattr(memory, "total", None), getattr(memory, "wired", None)
+    if not isinstance(ram, int) or not isinstance(wired, int):
+        raise OSError("psutil reports no wired memory here")
+    handle = libc or _libc()
+    footprints = [physical_footprint(pid, handle) for pid in listed]
+    read = [footprint for footprint in footprints if footprint is not None]
+    return WiredMemory(
+        ram=ram,
+        wired=wired,
+        footprints=sum(read),
+        processes=len(read),
+        unreadable=len(footprints) - len(read),
+    )

@@ -10,14 +10,16 @@ import os
 import sys
 from collections.abc import Callable, Collection, Iterator
 from functools import cache
-from typing import cast
+from typing import TypeVar, cast
 
 import psutil
 
 from .once import warn_once
-from .process_facts import MemoryUsage, Pid, ProcessStart
+from .process_facts import MemoryUsage, Pid, ProcessStart, WiredMemory
+from .process_read import Unread, read, read_or
 
 PIPES_VISIBLE = False
+T = TypeVar("T")
 
 
 def read_start(pid: int) -> ProcessStart | None:
@@ -26,14 +28,13 @@ def read_start(pid: int) -> ProcessStart | None:
     Raises PermissionError for a process that exists but cannot be read: callers must
     not mistake it for a dead one.
     """
-    try:
+
+    def start() -> ProcessStart:
         process = psutil.Process(pid)
         with process.oneshot():
             return ProcessStart(raw_start(process), process.status() == psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return None
-    except psutil.AccessDenied as error:
-        raise PermissionError(f"cannot read process {pid}") from error
+
+    return _known(pid, read(start))
 
 
 def raw_start(process: psutil.Process) -> float:
@@ -63,12 +64,16 @@ def raw_start(process: psutil.Process) -> float:
 
 def parent_pid(pid: int) -> int | None:
     """None once gone; PermissionError if unreadable."""
-    try:
-        return psutil.Process(pid).ppid()
-    except psutil.NoSuchProcess:
+    return _known(pid, read(lambda: psutil.Process(pid).ppid()))
+
+
+def _known(pid: int, value: T | Unread) -> T | None:
+    """None for a process that is gone; PermissionError for one that cannot be read."""
+    if not isinstance(value, Unread):
+        return value
+    if value.gone:
         return None
-    except psutil.AccessDenied as error:
-        raise PermissionError(f"cannot read process {pid}") from error
+    raise PermissionError(f"cannot read process {pid} ({value.error})")
 
 
 @cache
@@ -83,6 +88,17 @@ def boot_id() -> str:
         with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as file:
             return file.read().strip()
     return f"boot-{psutil.boot_time():.0f}"
+
+
+def hardware_uuid() -> str | None:
+    """None: outside macOS records keep their hostname, pid namespace and machine-id key."""
+    return None
+
+
+def wired_memory() -> WiredMemory | None:
+    """None: memory stranded by hard-killed GPU processes is a macOS matter, measured
+    by `_darwin` only."""
+    return None
 
 
 def forked_by_main_thread(parent: int, child: int) -> bool | None:
@@ -100,18 +116,14 @@ def become_child_subreaper() -> bool:
 
 
 def child_pids(pid: int) -> list[Pid]:
-    try:
-        return [Pid(child.pid) for child in psutil.Process(pid).children()]
-    except psutil.Error:
-        return []
+    return read_or(lambda: [Pid(child.pid) for child in psutil.Process(pid).children()], [])
 
 
 def descendant_pids(pid: int) -> list[Pid]:
     """The whole tree from one ppid map: on macOS each `children()` call scans every pid."""
-    try:
-        return [Pid(child.pid) for child in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
+    return read_or(
+        lambda: [Pid(child.pid) for child in psutil.Process(pid).children(recursive=True)], []
+    )
 
 
 def close_files_from(lowest: int, fd_dir: str = "/dev/fd") -> None:
@@ -131,24 +143,16 @@ def close_files_from(lowest: int, fd_dir: str = "/dev/fd") -> None:
 
 def memory_usage(pid: int) -> MemoryUsage | None:
     """Resident set size: what the OS charges a process for outside macOS."""
-    try:
-        return MemoryUsage("rss", psutil.Process(pid).memory_info().rss)
-    except psutil.Error:
-        return None
+    return read_or(lambda: MemoryUsage("rss", psutil.Process(pid).memory_info().rss), None)
 
 
 def stuck_state(pid: int) -> str | None:
-    try:
-        return "D" if psutil.Process(pid).status() == psutil.STATUS_DISK_SLEEP else None
-    except psutil.Error:
-        return None
+    status = read_or(lambda: psutil.Process(pid).status(), None)
+    return "D" if status == psutil.STATUS_DISK_SLEEP else None
 
 
 def is_stopped(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
-    except psutil.Error:
-        return False
+    return read_or(lambda: psutil.Process(pid).status(), None) == psutil.STATUS_STOPPED
 
 
 def pipe_inodes(pid: int) -> frozenset[int] | None:
@@ -176,10 +180,22 @@ def group_members(groups: Collection[int]) -> list[Pid]:
 
 
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
+    """Every process's NUL-separated argv; an empty one for a process whose command line
+    vanished while the process table still lists it (on macOS: exiting, or stuck in the
+    kernel on its way out), so that the snapshot keeps what it cannot name."""
     for process in psutil.process_iter():
-        try:
-            argv = process.cmdline()
-        except (psutil.Error, OSError):  # psutil 7.2.1 on macOS: a bare OSError (#2708)
-            continue
-        if argv:
+        argv = read(process.cmdline)
+        if isinstance(argv, Unread):
+            if argv.gone and _still_listed(process.pid):
+                yield Pid(process.pid), b""
+        elif argv:
             yield Pid(process.pid), "\0".join(argv).encode() + b"\0"
+
+
+def _still_listed(pid: int) -> bool:
+    """Whether the process table still lists `pid` as a live (not zombie) process."""
+    try:
+        start = read_start(pid)
+    except PermissionError:
+        return False
+    return start is not None and not start.exited

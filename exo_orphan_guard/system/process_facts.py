@@ -33,3 +33,26 @@ class MemoryUsage:
 
     kind: MemoryKind
     bytes: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WiredMemory:
+    """Machine-wide wired memory beside what live processes account for (macOS).
+
+    Memory wired by a process that was hard-killed in the middle of GPU work can stay
+    wired with no process left to own it; only a reboot frees it.
+    """
+
+    ram: int
+    wired: int
+    """host_statistics64's wire_count times the page size (psutil's `wired`)."""
+    footprints: int
+    """The sum of the physical footprints of the processes that could be read."""
+    processes: int
+    unreadable: int
+    """Processes whose footprint could not be read (other users', without root)."""
+
+    @property
+    def unaccounted(self) -> int:
+        return self.wired - self.footprints

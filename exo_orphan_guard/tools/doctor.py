@@ -13,7 +13,7 @@ import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, final
+from typing import Final, final
 
 from .. import system
 from ..exo import patching
@@ -22,19 +22,12 @@ from ..sweeper.registry import Registry
 from ..sweeper.sweeping import judge
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
+from ..system.process_facts import WiredMemory
+from . import rdma_ports, stranded_memory
+from .check import Check
 
-Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 QUEUE_PAIRS_PER_DEVICE: Final = 10
 """Thunderbolt RDMA devices take about ten queue pairs each (mlx PR 4209)."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    next_step: str | None = None
 
 
 @final
@@ -52,7 +45,12 @@ class NodeFacts:
     runners: tuple[ProcessInfo, ...]
     """Live exo runners on this node (spawn children running exo), orphans included."""
     stuck: tuple[tuple[int, str], ...]
-    """(pid, state) of runners or orphans stuck in uninterruptible wait."""
+    """(pid, state) of runners or orphans stuck in uninterruptible wait, and of this
+    user's processes listed with their details vanished (exiting or stuck: `?`)."""
+    wired: WiredMemory | str | None = None
+    """macOS's wired memory beside live footprints; a string: why it could not be
+    read; None: not macOS."""
+    rdma: rdma_ports.RdmaReport = rdma_ports.NOT_ON_PATH
 
 
 def gather(exo_tree: Path | None) -> NodeFacts:
@@ -74,10 +72,15 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         if info.is_spawn_child and info.runs_exo and not info.exited
     )
     suspects = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
+    exiting = {
+        verdict.pid
+        for verdict in verdicts
+        if verdict.action == "spare" and verdict.process is not None and verdict.process.vanished
+    }
     stuck = tuple(
         (pid, state)
-        for pid in sorted(suspects | {runner.pid for runner in runners})
-        if (state := system.stuck_state(pid)) is not None
+        for pid in sorted(suspects | exiting | {runner.pid for runner in runners})
+        if (state := system.stuck_state(pid) or ("?" if pid in exiting else None)) is not None
     )
     return NodeFacts(
         toggle=settings.guard_enabled(),
@@ -91,6 +94,8 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         verdicts=verdicts,
         runners=runners,
         stuck=stuck,
+        wired=stranded_memory.measure(),
+        rdma=rdma_ports.read_devinfo(),
     )
 
 
@@ -102,6 +107,8 @@ def assess(facts: NodeFacts) -> list[Check]:
         _unkillable(facts),
         _registry(facts),
         _queue_pairs(facts),
+        stranded_memory.check(facts.wired),
+        rdma_ports.check(facts.rdma),
     ]
 
 
@@ -179,8 +186,9 @@ def _unkillable(facts: NodeFacts) -> Check:
         return Check(
             "unkillable",
             "WARN",
-            f"state unknown (`ps` cannot inspect them): {', '.join(map(str, unknown))}",
-            "run `sudo ps -o stat= -p PID`: U means only a reboot frees it",
+            f"stuck or exiting, state unknown (ps shows ?): {', '.join(map(str, unknown))}",
+            "run `sudo ps -o stat= -p PID` again in a minute: if it still shows U, or ?E, "
+            "it is stuck in the kernel and only a reboot frees its memory",
         )
     if not known:
         return Check("unkillable", "OK", "no runner stuck in uninterruptible wait (D/U)")
@@ -259,7 +267,13 @@ def to_json(checks: Sequence[Check]) -> str:
             "schema": "exo-orphan-guard/doctor/1",
             "backend": system.BACKEND,
             "checks": [
-                {"name": c.name, "status": c.status, "detail": c.detail, "next": c.next_step}
+                {
+                    "name": c.name,
+                    "status": c.status,
+                    "detail": c.detail,
+                    "next": c.next_step,
+                    **({"figures": dict(c.figures)} if c.figures else {}),
+                }
                 for c in checks
             ],
         },

@@ -20,8 +20,10 @@ from typing import Final, final
 from .. import system
 from ..rig import scenarios
 from ..rig.scenario_worker import RunnerKind, Watch
+from ..sweeper.host_key import host_key
 from ..system import settings
 from ..watch.waiters import can_use_kqueue, can_use_pidfd
+from . import rdma_ports, stranded_memory
 
 KINDS: Final[tuple[RunnerKind, ...]] = ("idle", "gil", "child", "late")
 DEADLINE_SECONDS: Final = 1.0
@@ -167,6 +169,7 @@ def to_json(results: Sequence[StrategyResult]) -> str:
         "python": platform.python_version(),
         "versions": {name: _version(name) for name in ("exo-orphan-guard", "psutil")},
         "backend": system.BACKEND,
+        **backend_answers(),
         "deadline_s": DEADLINE_SECONDS,
         "strategies": [
             {
@@ -189,6 +192,18 @@ def to_json(results: Sequence[StrategyResult]) -> str:
         ],
     }
     return json.dumps(document, indent=2)
+
+
+def backend_answers() -> dict[str, object]:
+    """What this machine answers to the calls only a Mac runs for real: the registry's
+    host key, wired memory beside live footprints (macOS), the RDMA ports' states."""
+    key = host_key()
+    wired = stranded_memory.measure()
+    return {
+        "host_key": {"kind": key.kind, "directory": key.name, "previous": key.legacy},
+        "wired_memory": None if wired is None else stranded_memory.to_json(wired),
+        "rdma": rdma_ports.to_json(rdma_ports.read_devinfo()),
+    }
 
 
 def _version(distribution: str) -> str | None:

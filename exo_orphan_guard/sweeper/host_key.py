@@ -1,0 +1,122 @@
+"""Which subdirectory of the registry holds this host's records.
+
+A home directory shared over NFS, or a volume shared by containers, holds records
+whose pids mean nothing here, so each host (and, on Linux, each pid namespace) keeps
+its own. On macOS the key is the Mac's hardware UUID: there is no pid namespace or
+machine-id file there, and a key made of the hostname alone moved whenever macOS
+renamed the Mac (DHCP and reverse-DNS names, Bonjour's "-2"), leaving every record
+written before in a directory no sweep opened. Records under that hostname key are
+moved into the hardware-keyed directory the first time a sweep or a runner opens it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, final
+
+from .. import system
+
+HostKeyKind = Literal["hardware-uuid", "hostname"]
+"""hardware-uuid: macOS's gethostuuid(3). hostname: the hostname, with the pid
+namespace and /etc/machine-id where they exist (Linux: both)."""
+
+HOST_PREFIX: Final = "host-"
+_PID_NAMESPACE: Final = "/proc/self/ns/pid"
+_MACHINE_ID: Final = "/etc/machine-id"
+_MOVED_PREFIXES: Final = ("runner-", "frozen-")
+"""Records, and the journals of sweeps that died with processes stopped."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HostKey:
+    name: str
+    """The subdirectory's name."""
+    kind: HostKeyKind
+    legacy: str | None = None
+    """The hostname key this host's records were kept under before, if it differs."""
+
+
+def host_key() -> HostKey:
+    return key_for(system.hardware_uuid(), socket.gethostname())
+
+
+def key_for(hardware_uuid: str | None, hostname: str) -> HostKey:
+    by_hostname = hostname_key(hostname)
+    if hardware_uuid is None:
+        return HostKey(by_hostname, "hostname")
+    # Hashed: a shared home directory need not show the Mac's serial-like identifier.
+    digest = hashlib.sha256(f"hardware-uuid\0{hardware_uuid}".encode()).hexdigest()[:12]
+    return HostKey(f"{HOST_PREFIX}mac-{digest}", "hardware-uuid", legacy=by_hostname)
+
+
+def hostname_key(hostname: str) -> str:
+    """Readable, and unique per machine and per container (the pid namespace's inode
+    differs in each, even on one kernel). Linux's key, unchanged."""
+    parts = [hostname]
+    for path, read in ((_PID_NAMESPACE, os.readlink), (_MACHINE_ID, _read_text)):
+        try:
+            parts.append(read(path))
+        except OSError:
+            parts.append("-")
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", hostname.split(".")[0])[:40] or "host"
+    return f"{HOST_PREFIX}{readable}-{digest}"
+
+
+def host_directory(base: Path) -> Path:
+    return base / host_key().name
+
+
+def directory_to_read(base: Path) -> Path:
+    """This host's directory; the hostname-keyed one while only that exists (nothing
+    has opened the registry to write since the key changed): its records still count."""
+    key = host_key()
+    path = base / key.name
+    if key.legacy is not None and not path.exists() and (base / key.legacy).is_dir():
+        return base / key.legacy
+    return path
+
+
+def move_legacy_records(base: Path, key: HostKey, uid: int) -> None:
+    """Move records and journals from `key.legacy` into `key.name`, once: each is gone
+    from the old directory afterwards. Only regular files of `uid` from a directory of
+    `uid` that no one else may write; a record already present in the new directory is
+    newer, and the old one is dropped."""
+    if key.legacy is None:
+        return
+    legacy = base / key.legacy
+    try:
+        info = os.lstat(legacy)
+        names = os.listdir(legacy)
+    except OSError:
+        return
+    if not _trusted(info, uid, directory=True):
+        return
+    for name in sorted(names):
+        if not name.startswith(_MOVED_PREFIXES):
+            continue
+        source, target = legacy / name, base / key.name / name
+        with contextlib.suppress(OSError):
+            if not _trusted(os.lstat(source), uid, directory=False):
+                continue
+            with contextlib.suppress(FileExistsError):
+                os.link(source, target, follow_symlinks=False)  # never over a newer one
+            os.unlink(source)
+
+
+def _trusted(info: os.stat_result, uid: int, *, directory: bool) -> bool:
+    kind_ok = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)
+    return kind_ok and info.st_uid == uid and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _read_text(path: str) -> str:
+    with open(path) as file:
+        return file.read().strip()
