@@ -4,8 +4,9 @@
 
 Defaults: bench/results/watch-latency.json (written by `make bench`, the same run as
 the table in docs/benchmarks.md) and docs/img/watch-latency.png. One panel for idle
-runners, one for runners holding the GIL; each line is the share of runners gone by
-a given time after their worker's SIGKILL (log time axis). A runner still alive at
+runners, one for runners holding the GIL, one for runners in a loop of MLX
+operations; each line is the share of runners gone (or, dashed, whose clean ending
+had begun) by a given time after their worker's SIGKILL (log time axis). A runner still alive at
 the bound is never drawn as an exit: its line stops below 100 % at the bound, and the
 legend says "never" for the share that never exited.
 """
@@ -41,20 +42,23 @@ _NEVER_TOP: Final = -0.06
 _NEVER_STEP: Final = 0.025
 
 _STYLES: Final[dict[str, tuple[str, str, float]]] = {
-    # name: (colour, line style, width). `auto` is what exo runs: it stands out.
-    "auto": ("black", "-", 2.6),
+    # name: (colour, line style, width). The clean ending is what exo runs: it stands out.
+    "auto, clean ending": ("tab:green", "-", 3.0),
+    "auto, clean ending: begun": ("tab:green", "--", 2.0),
+    "auto": ("black", "-", 2.0),
     "pidfd": ("tab:blue", "-", 1.3),
     "kqueue": ("tab:blue", "-", 1.3),
     "sentinel": ("tab:cyan", "-", 1.3),
     "poll": ("tab:purple", "-", 1.3),
-    "pdeathsig": ("tab:green", "-", 1.3),
+    "pdeathsig": ("tab:brown", "-", 1.3),
     "watchdog": ("tab:olive", "-", 1.3),
     "PR 2205 (getppid every 5 s)": ("tab:orange", "--", 1.8),
     "no guard": ("tab:red", "--", 1.8),
 }
 _PANELS: Final = (
     ("idle", "idle runner"),
-    ("gil", "runner holding the GIL in native code (as in mx.distributed.init())"),
+    ("gil", "runner holding the GIL in native code (wedged: killed)"),
+    ("mlxloop", "runner in a loop of MLX operations"),
 )
 
 
@@ -100,15 +104,24 @@ def label(name: str, cell: CellSamples) -> str:
 
 
 def draw(document: SamplesDocument, image: Path) -> None:
-    figure, axes = plt.subplots(1, 2, figsize=(13, 6.4), sharey=True)
-    panels = [[cell for cell in document["cells"] if cell["runner"] == kind] for kind, _ in _PANELS]
+    shown = [
+        (kind, title)
+        for kind, title in _PANELS
+        if any(cell["runner"] == kind for cell in document["cells"])
+    ]
+    figure, grid = plt.subplots(
+        1, len(shown), figsize=(6.5 * len(shown), 6.8), sharey=True, squeeze=False
+    )
+    axes = grid[0]
+    panels = [[cell for cell in document["cells"] if cell["runner"] == kind] for kind, _ in shown]
     # Both panels share the y axis: give the "never" band room for the fuller one.
     slots = max(1, *(sum(not _any_exit(cell) for cell in cells) for cells in panels))
-    for axis, (_, title), cells in zip(axes, _PANELS, panels, strict=True):
+    for axis, (_, title), cells in zip(axes, shown, panels, strict=True):
         _panel(cast(Axes, axis), title, cells, slots)
     counts = sorted({len(cell["samples_ms"]) for cell in document["cells"]})
     figure.suptitle(
-        "Worker SIGKILL → runner exit: share of runners gone (CDF, log time); "
+        "Worker SIGKILL → runner gone (dashed: clean ending begun): share of runners "
+        "(CDF, log time); mechanism rows with grace 0; "
         f"{' or '.join(str(count) for count in counts)} runners per line",
         fontsize=12,
     )
@@ -131,7 +144,7 @@ def _style(name: str) -> tuple[str, str, float]:
     """A row's own style; a `(portable)` row dotted in its strategy's colour."""
     if name in _STYLES:
         return _STYLES[name]
-    base = name.removesuffix(" (portable)")
+    base = name.replace(" (portable)", "")
     if base != name and base in _STYLES:
         colour, _, width = _STYLES[base]
         return colour, ":", max(1.2, width * 0.8)

@@ -2,11 +2,15 @@
 
 Each round starts one worker per strategy (an idle runner and one holding the GIL in
 native code), then kills the workers one at a time in random order. Every strategy
-therefore runs under the same load, in the same run. exo PR 2205's 5 s getppid()
-poll and no guard at all are measured alongside, on workers with ten runners of each
-kind (their five-second waits would otherwise take hours). The strategies of the
-portable backend (what macOS runs) are measured beside the default ones, and a floor
-row shows how late the benchmark itself sees the worker's exit.
+therefore runs under the same load, in the same run. The strategies run with grace 0
+(killed at once: the mechanisms alone); the clean-ending rows run `auto` with the
+default grace, with a runner in a loop of MLX operations as well, and say both when
+the clean ending began (the runner's WorkerGone) and when the runner was gone. exo
+PR 2205's 5 s getppid() poll and no guard at all are measured alongside, on workers
+with ten runners of each kind (their five-second waits would otherwise take hours).
+The strategies of the portable backend (what macOS runs) are measured beside the
+default ones, and a floor row shows how late the benchmark itself sees the worker's
+exit.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
-from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig import ring_scenario, scenarios
+from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.rig.scenario_worker import PR2205_POLL_SECONDS, RunnerKind, Watch
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
@@ -39,6 +44,15 @@ SAMPLES_SCHEMA = "exo-orphan-guard/bench-watch-samples/1"
 PORTABLE_STRATEGIES: tuple[settings.Strategy, ...] = ("auto", "watchdog", "sentinel", "poll")
 PORTABLE_SUFFIX = " (portable)"
 FLOOR = "floor: the worker's own exit, as the benchmark sees it"
+CLEAN = ", clean ending"
+BEGUN = ": begun"
+CLEAN_VARIANTS = (f"auto{CLEAN}", f"auto{PORTABLE_SUFFIX}{CLEAN}")
+"""Rows of runners that end the clean way (default grace); the rest run with grace 0."""
+KIND_LABELS: dict[RunnerKind, str] = {
+    "idle": "idle",
+    "gil": "GIL held in native code",
+    "mlxloop": "in a loop of MLX operations",
+}
 
 
 @dataclass
@@ -64,6 +78,7 @@ def run(rounds: int, registry: Path) -> LatencyResults:
     strategies = [
         *selftest.strategies_here(),
         *(f"{strategy}{PORTABLE_SUFFIX}" for strategy in PORTABLE_STRATEGIES),
+        *CLEAN_VARIANTS,
     ]
     results = LatencyResults(rounds)
     slow_threads: list[threading.Thread] = []
@@ -90,13 +105,21 @@ def _fast_round(
 ) -> bool:
     def starter(name: str) -> Callable[[], scenarios.StartedWorker]:
         strategy, backend = _variant(name)
+        clean = name.endswith(CLEAN)
+        kinds: list[RunnerKind] = ["idle", "gil"]
+        if clean and ring_scenario.mlx_available():
+            kinds.append("mlxloop")
+        grace = str(settings.DEFAULT_GRACE_SECONDS) if clean else "0"
         return functools.partial(
             scenarios.start_worker,
-            ["idle", "gil"],
+            kinds,
             strategy=strategy,
             registry=registry,
-            extra_env={settings.BACKEND_ENV: backend},
+            extra_env={settings.BACKEND_ENV: backend, settings.GRACE_ENV: grace},
+            notes=registry / "notes" if clean else None,
         )
+
+    (registry / "notes").mkdir(parents=True, exist_ok=True)
 
     workers = _start_all([starter(name) for name in strategies])
     if workers is None:
@@ -144,6 +167,7 @@ def _restarted(results: LatencyResults, lock: threading.Lock) -> None:
 
 def _variant(name: str) -> tuple[settings.Strategy, str]:
     """Strategy and EXO_ORPHAN_GUARD_BACKEND value of a row."""
+    name = name.removesuffix(CLEAN)
     backend = "portable" if name.endswith(PORTABLE_SUFFIX) else "auto"
     for strategy in settings.STRATEGIES:
         if strategy == name.removesuffix(PORTABLE_SUFFIX):
@@ -157,7 +181,9 @@ def _measure(
     results: LatencyResults,
     lock: threading.Lock,
 ) -> None:
-    covered = selftest.MECHANISM_COVERS[_variant(name)[0]]
+    clean = name.endswith(CLEAN)
+    extra: frozenset[RunnerKind] = frozenset({"mlxloop"} if clean else ())
+    covered = selftest.MECHANISM_COVERS[_variant(name)[0]] | extra
     expected = [runner for runner in worker.runners if runner.kind in covered]
     itself = identity_of(worker.pid)
     killed_at = scenarios.kill_worker(worker, settle=False)
@@ -174,6 +200,31 @@ def _measure(
     if uncovered:
         exits |= scenarios.wait_gone(uncovered, max(0.0, remaining))
     _record(name, worker, exits, killed_at, results, lock, FAST_DEADLINE_SECONDS)
+    if clean:
+        _record_begun(name, worker, killed_at, results, lock)
+
+
+def _record_begun(
+    name: str,
+    worker: scenarios.StartedWorker,
+    killed_at: float,
+    results: LatencyResults,
+    lock: threading.Lock,
+) -> None:
+    """When WorkerGone was raised on each runner's main thread (its own note, on the
+    same monotonic clock): the clean ending began. A wedged runner never begins."""
+    notes = worker.notes
+    assert notes is not None
+    with lock:
+        for runner in worker.runners:
+            if runner.kind == "gil":
+                continue
+            raised = next(
+                (n for n in read_notes(notes, runner.identity.pid) if n["event"] == "raised"),
+                None,
+            )
+            cell = results.cell(f"{name}{BEGUN}", runner.kind, FAST_DEADLINE_SECONDS)
+            cell.samples.add(None if raised is None else (raised["at"] - killed_at) * 1000)
 
 
 def _slow_round(results: LatencyResults, lock: threading.Lock, registry: Path) -> None:
@@ -231,8 +282,7 @@ def render(results: LatencyResults) -> str:
     ]
     for name, kinds in results.cells.items():
         for kind, cell in kinds.items():
-            label = "idle" if kind == "idle" else "GIL held in native code"
-            label = "-" if name == FLOOR else label
+            label = "-" if name == FLOOR else KIND_LABELS.get(kind, kind)
             samples = cell.samples
             lines.append(
                 f"| {name} | {label} | {samples.count} | {samples.exited} | "

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -29,7 +30,8 @@ import pytest
 from exo_orphan_guard import system
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerSpec
-from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord
+from exo_orphan_guard.sweeper import endings
+from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
@@ -38,7 +40,9 @@ from tests.helpers.processes import carrying, kill_all, make_fake_exo_environmen
 ROUNDS = 200
 PARALLEL = 8
 TAG_VARIABLE = "EOG_CHAOS"
-KINDS: list[RunnerKind] = ["idle", "gil", "child", "late", "deaf"]
+KINDS: list[RunnerKind] = ["idle", "gil", "child", "late", "deaf", "catch", "hang"]
+"""Clean endings (idle, child, catch), wedged ones (gil, deaf), hanging ones (hang)."""
+GRACE = "1.5"
 CHAOS_STRATEGIES: tuple[settings.Strategy, ...] = (
     "auto",
     "pidfd",
@@ -180,6 +184,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         )
         env = scenarios.scenario_environment(watch, strategy, isolated_environment)
         env[TAG_VARIABLE] = tag
+        env[settings.GRACE_ENV] = GRACE
         moment = rng.choice(["before spawn", "start-up", "armed"])
         env["EOG_CHAOS_ROUND"] = f"{number}:{watch}:{strategy}:{','.join(kinds)}:{moment}"
         worker = subprocess.Popen(
@@ -230,6 +235,15 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
             if seen is None
         ]
         elapsed = time.monotonic() - started
+        ended = Counter(
+            f"{ending.how}: {re.sub(r'[0-9.]+', 'N', ending.why.split(':')[0])}"
+            for ending in endings.latest(
+                endings.read(
+                    host_directory(isolated_environment) / endings.ENDINGS_NAME, system.boot_id()
+                )
+            ).values()
+            if ending.event == "ended"
+        )
         harmed = [decoy for decoy in decoys if decoy not in scenarios.alive(decoys)]
         left_stopped = stopped([*tagged(tag), *decoys])
         print(
@@ -240,7 +254,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
             f"({sum(map(_is_runner, left_before))} runners), {len(runners_left)} runners after "
             f"(exit code {final}), {len(others_left)} other processes after 3 s; "
             f"{len(harmed)} decoys harmed, {len(left_stopped)} left stopped; "
-            f"{killed_sweeps[0]} sweeps SIGKILLed midway"
+            f"{killed_sweeps[0]} sweeps SIGKILLed midway; endings {dict(ended)}"
         )
         assert sweeps[2] == 0, "a sweep failed with a usage or configuration error"
         assert all(code >= 0 for code in sweeps), f"a sweep was killed by another: {sweeps}"

@@ -116,6 +116,11 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
     assert not any("FAIL" in sections[number] for number in "12345"), output
     assert "2 orphaned runner(s) still running" in sections["1"]
     assert "No orphans left." in sections["2"]
+    assert re.search(r"\(idle\): gone \d+ ms after the kill: ended cleanly", sections["2"])
+    assert re.search(
+        r"\(holding the GIL in native code\): gone \d+ ms after the kill: killed as wedged",
+        sections["2"],
+    )
     assert "guard on:  the rank was gone" in sections["3"]
     sweep = sections["4"]
     if "another sweep running on this machine took" in sweep:

@@ -11,6 +11,7 @@ import pytest
 
 from exo_orphan_guard.exo import patching
 from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper import endings
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import Verdict
 from exo_orphan_guard.system import settings
@@ -54,6 +55,7 @@ def test_a_healthy_node() -> None:
         "exo patch": "SKIP",
         "orphans": "OK",
         "unkillable": "OK",
+        "hard kills": "OK",
         "registry": "OK",
         "queue pairs": "OK",
         "wired memory": "SKIP",
@@ -116,3 +118,37 @@ def test_doctor_on_this_machine_sees_a_planted_orphan(
         assert checks["exo patch"]["status"] == "FAIL"  # tmp_path is no exo tree
     finally:
         scenarios.cleanup(worker)
+
+
+def _ending(pid: int, how: endings.How, why: str, event: endings.Event = "ended") -> endings.Ending:
+    return endings.Ending(
+        event=event, pid=Pid(pid), started=1.0, boot_id="b", at=1.0, by="watchdog", how=how, why=why
+    )
+
+
+def test_runners_killed_hard_since_boot_are_a_warning_with_the_reboot_advice() -> None:
+    seen = (
+        _ending(10, "clean", "it exited by itself"),
+        _ending(11, "killed", "wedged: ...", event="ended"),
+        _ending(12, "clean", "", event="begun"),
+        _ending(12, "killed", "its clean ending did not finish within the 10 s grace"),
+    )
+    (check,) = [
+        c
+        for c in doctor.assess(dataclasses.replace(HEALTHY, endings=seen))
+        if c.name == "hard kills"
+    ]
+    assert check.status == "WARN" and "2 runner(s) killed hard" in check.detail
+    assert "pid 12" in check.detail and "pid 11" in check.detail
+    assert check.next_step is not None and "reboot" in check.next_step
+    assert check.figures == {"clean": 1, "killed": 2}
+
+
+def test_clean_endings_alone_are_fine() -> None:
+    seen = (_ending(10, "clean", "it exited by itself"),)
+    (check,) = [
+        c
+        for c in doctor.assess(dataclasses.replace(HEALTHY, endings=seen))
+        if c.name == "hard kills"
+    ]
+    assert check.status == "OK" and "1 runner(s) ended cleanly" in check.detail

@@ -24,15 +24,19 @@ import tempfile
 import time
 from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from exo_orphan_guard import system
 from exo_orphan_guard.exo import patching
 from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper import endings
+from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings
-from exo_orphan_guard.system.identity import identity_of
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from tests.helpers.processes import kill_all
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,10 +186,16 @@ def test_exos_own_tests_give_the_same_results_patched_on_and_off(
 
 
 @contextlib.contextmanager
-def exo_worker(tree: Path, venv: Path, version: str, *, guard: bool) -> Generator[dict[str, int]]:
-    """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle."""
+def exo_worker(
+    tree: Path, venv: Path, version: str, *, guard: bool, grace: float | None = None
+) -> Generator[dict[str, Any]]:
+    """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
+    report also names the registry the runner records itself (and its ending) in."""
     scratch = Path(tempfile.mkdtemp(prefix="eog-exo-worker-"))
     stderr = (scratch / "harness.log").open("wb")
+    environment = exo_environment(scratch, guard=guard)
+    if grace is not None:
+        environment[settings.GRACE_ENV] = f"{grace!r}"
     harness = subprocess.Popen(
         [
             str(venv / "bin" / "python"),
@@ -196,7 +206,7 @@ def exo_worker(tree: Path, venv: Path, version: str, *, guard: bool) -> Generato
             str(scratch / "harness"),
         ],
         cwd=tree,
-        env=exo_environment(scratch, guard=guard),
+        env=environment,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -206,13 +216,13 @@ def exo_worker(tree: Path, venv: Path, version: str, *, guard: bool) -> Generato
         assert harness.stdout is not None
         ready, _, _ = select.select([harness.stdout], [], [], 120)
         line = harness.stdout.readline() if ready else b""
-        report: dict[str, int] = json.loads(line or b"{}")
+        report: dict[str, Any] = json.loads(line or b"{}")
         assert report.get("event") == "runner-idle", (
             report,
             (scratch / "harness.log").read_text()[-3000:],
         )
         spawned.append(report["runner_pid"])
-        yield report
+        yield {**report, "registry": scratch / "registry"}
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(harness.pid, signal.SIGKILL)
@@ -233,8 +243,52 @@ def test_exos_real_runner_dies_with_its_worker_only_when_guarded(
         runner = identity_of(report["runner_pid"])
         assert runner is not None
         os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
-        exits = scenarios.wait_gone([runner], 1.0)
+        # Guarded, it runs exo's own shutdown first (see the next test), then exits.
+        exits = scenarios.wait_gone([runner], CLEAN_ENDING_BOUND if guard else 1.0)
         assert (exits[runner] is not None) == guard, exits
+
+
+CLEAN_ENDING_BOUND = 5.0
+"""exo's runner ends in well under this (its shutdown, its task reader, its exit);
+the grace it is given is twice as long."""
+
+
+def ending_of(registry: Path, runner: ProcessIdentity) -> endings.Ending | None:
+    path = host_directory(registry) / endings.ENDINGS_NAME
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        found = endings.latest(endings.read(path, system.boot_id())).get(runner)
+        if found is not None and found.event == "ended":
+            return found
+        time.sleep(0.05)
+    return None
+
+
+@versions
+@pytest.mark.parametrize("grace", [2 * CLEAN_ENDING_BOUND, 0.0], ids=["clean", "grace-0"])
+def test_exos_real_runner_runs_its_own_shutdown_when_its_worker_dies(
+    version: str, grace: float, work: Path, venv_cache: Path
+) -> None:
+    """With a grace, the worker's SIGKILL runs exo's Runner.shutdown in the runner,
+    which then exits by itself; with grace 0 it is killed at once (the control)."""
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache, runner=True)
+    with exo_worker(tree, venv, version, guard=True, grace=grace) as report:
+        runner = identity_of(report["runner_pid"])
+        assert runner is not None
+        killed_at = time.monotonic()
+        os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
+        gone = scenarios.wait_gone([runner], grace + 2.0)[runner]
+        assert gone is not None, "exo's runner outlived its worker and the grace"
+        ending = ending_of(report["registry"], runner)
+        assert ending is not None, "no ending recorded"
+        print(f"\nexo {version}, grace {grace:g}: gone {gone - killed_at:.3f} s, {ending}")
+        if grace:
+            assert gone - killed_at < CLEAN_ENDING_BOUND, gone - killed_at
+            assert ending.how == "clean" and "its own shutdown" in ending.why, ending
+        else:
+            assert gone - killed_at < 1.0, gone - killed_at
+            assert ending.how == "killed" and settings.GRACE_ENV in ending.why, ending
 
 
 @versions

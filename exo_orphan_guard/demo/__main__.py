@@ -16,9 +16,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Final
 
+from .. import system
 from ..rig import ring_scenario, scenarios
 from ..rig.scenario_worker import Watch
+from ..sweeper import endings
+from ..sweeper.endings import Ending
+from ..sweeper.registry import host_directory
+from ..system import settings
+from ..system.identity import ProcessIdentity
 from . import launch, sweep
 
 ORPHAN_LOOK_SECONDS = 1.0
@@ -82,16 +89,47 @@ def _round_guard_on(scratch: Path) -> bool:
         _show_start(worker)
         members = worker.all_processes()
         killed_at = scenarios.kill_worker(worker)
-        exits = scenarios.wait_gone(members, 5.0)
+        exits = scenarios.wait_gone(members, settings.DEFAULT_GRACE_SECONDS + 2.0)
         print(f"kill -9 {worker.pid}:")
+        recorded = _endings(scratch / "registry", [runner.identity for runner in worker.runners])
+        expected = {"idle": "clean", "gil": "killed"}
+        as_expected = True
         for runner in worker.runners:
             seen = exits[runner.identity]
-            what = "idle" if runner.kind == "idle" else "holding the GIL"
-            outcome = "STILL ALIVE" if seen is None else f"gone {(seen - killed_at) * 1000:.1f} ms"
-            print(f"  runner {runner.identity.pid} ({what}): {outcome} after the kill")
+            what = "idle" if runner.kind == "idle" else "holding the GIL in native code"
+            outcome = "STILL ALIVE" if seen is None else f"gone {(seen - killed_at) * 1000:.0f} ms"
+            ending = recorded.get(runner.identity)
+            how = "no ending recorded" if ending is None else _ENDED[ending.how or "killed"]
+            print(f"  runner {runner.identity.pid} ({what}): {outcome} after the kill: {how}")
+            if ending is not None:
+                print(f"    ({ending.why})")
+            as_expected = as_expected and ending is not None and ending.how == expected[runner.kind]
+        print(
+            "The idle runner ended the way exo's Shutdown ends one (WorkerGone on its main\n"
+            "thread, memory released, its own exit); the wedged one cannot run Python at\n"
+            "all, so it is killed 0.5 s after the notice, not left holding the next group."
+        )
         left = scenarios.alive(members)
         print("No orphans left." if not left else f"{len(left)} process(es) left: FAIL")
-        return not left
+        if not as_expected:
+            print("FAIL: the runners did not end as shown above should")
+        return not left and as_expected
+
+
+_ENDED: Final = {"clean": "ended cleanly, by itself", "killed": "killed as wedged"}
+
+
+def _endings(registry: Path, runners: list[ProcessIdentity]) -> dict[ProcessIdentity, Ending]:
+    """What the runners' watchdogs recorded (a line lands a moment after each exit)."""
+    path = host_directory(registry) / endings.ENDINGS_NAME
+    deadline = time.monotonic() + 2.0
+    while True:
+        latest = endings.latest(endings.read(path, system.boot_id()))
+        found = {runner: latest[runner] for runner in runners if runner in latest}
+        done = len(found) == len(runners) and all(e.event == "ended" for e in found.values())
+        if done or time.monotonic() > deadline:
+            return found
+        time.sleep(0.02)
 
 
 def _mlx_group(scratch: Path) -> bool:

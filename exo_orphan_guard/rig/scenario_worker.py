@@ -29,7 +29,18 @@ from typing import Final, Literal, TypedDict, cast
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
-    "idle", "gil", "child", "late", "deaf", "talk", "catch", "hang", "shutdown", "noisy", "queue"
+    "idle",
+    "gil",
+    "child",
+    "late",
+    "deaf",
+    "talk",
+    "catch",
+    "hang",
+    "shutdown",
+    "noisy",
+    "queue",
+    "mlxloop",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -42,7 +53,9 @@ shutdown of its own (inside `ending_cleanly()`) when its worker asks for one.
 noisy: its stdout and stderr are a pipe only its worker reads (exo main's
 AsyncProcess); once the worker is gone it writes much there, and logs. queue: sends
 into a multiprocessing queue only its worker reads, more than the pipe holds, once
-the worker is gone (exo's event channel)."""
+the worker is gone (exo's event channel). mlxloop: holds 64 MB in MLX arrays and
+runs MLX operations on them in a loop, steps of a few ms as in a decode loop, catching
+nothing (needs mlx)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue"})
 _FLOOD_LINES: Final = 2000
 Watch = Literal["guard", "pr2205", "none"]
@@ -157,8 +170,20 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
     while kind == "talk":
         print(f"runner {os.getpid()} tick {time.monotonic():.3f}", flush=True)
         time.sleep(0.05)
+    if kind == "mlxloop":
+        _loop_over_mlx()
     while True:
         time.sleep(3600)
+
+
+def _loop_over_mlx() -> None:
+    import mlx.core as mx  # pyright: ignore[reportMissingImports]
+
+    held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
+    mx.eval(held)  # pyright: ignore
+    step = held[: 2**20]  # pyright: ignore
+    while True:
+        mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
 
 
 def hold_the_gil_in_native_code() -> None:

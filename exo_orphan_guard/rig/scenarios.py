@@ -56,6 +56,8 @@ class StartedWorker:
     runners: tuple[StartedRunner, ...]
     go_file: Path
     killed_at: float | None = None
+    notes: Path | None = None
+    """Where its runners write what happened to them (`notes.read_notes`)."""
 
     @property
     def pid(self) -> Pid:
@@ -93,7 +95,7 @@ def start_worker(
 
     `launcher` goes before `python` (`nohup`, say); `python` may be a bare name, found
     on the PATH of `extra_env`, as a shell would run it. `notes`: a directory where the
-    runners write what happened to them (`runner_notes`)."""
+    runners write what happened to them (`notes.read_notes`)."""
     go_file = Path(tempfile.mkdtemp(prefix="eog-go-")) / "go"
     spec = WorkerSpec(
         runners=list(runners),
@@ -130,7 +132,7 @@ def start_worker(
         )
         for kind, entry in zip(runners, report["runners"], strict=True)
     )
-    return StartedWorker(process=process, runners=started, go_file=go_file)
+    return StartedWorker(process=process, runners=started, go_file=go_file, notes=notes)
 
 
 def ask_to_shut_down(worker: StartedWorker) -> None:

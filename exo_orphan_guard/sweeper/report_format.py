@@ -8,6 +8,7 @@ import time
 from typing import Final
 
 from ..system.process_facts import MemoryUsage
+from .endings import Ending
 from .killing import KillResult
 from .process_table import ProcessInfo
 from .sweeping import SweepReport
@@ -67,6 +68,8 @@ def to_table(report: SweepReport, *, show_spared: bool = False) -> str:
             if family := report.would_signal.get(verdict.pid):
                 listed = " ".join(str(pid) for pid in family)
                 lines.append(f"{verdict.pid}: with it, its descendant(s) {listed}")
+            if (ending := _ending(verdict, report)) is not None:
+                lines.append(f"{verdict.pid}: {_ending_text(ending)}")
     for identity in report.continued:
         lines.append(f"continued {identity.pid}: a dead sweep had left it stopped")
     for result in report.results:
@@ -120,6 +123,7 @@ def _suspect(verdict: Verdict, now: float, report: SweepReport) -> dict[str, obj
         "exe": None if process is None else process.exe,
         "argv": _argv(process),
         "descendants": list(report.would_signal.get(verdict.pid, ())),
+        "ending": _ending_json(_ending(verdict, report)),
     }
 
 
@@ -134,6 +138,29 @@ def _result(result: KillResult) -> dict[str, object]:
         "advice": result.advice,
         "ended": result.ended,
     }
+
+
+def _ending(verdict: Verdict, report: SweepReport) -> Ending | None:
+    return None if verdict.process is None else report.target_endings.get(verdict.process.identity)
+
+
+def _ending_json(ending: Ending | None) -> dict[str, object] | None:
+    if ending is None:
+        return None
+    left = None if ending.deadline is None else max(0.0, ending.deadline - time.monotonic())
+    return {
+        "event": ending.event,
+        "how": ending.how,
+        "why": ending.why,
+        "grace_left_s": None if left is None else round(left, 2),
+    }
+
+
+def _ending_text(ending: Ending) -> str:
+    if ending.event == "begun" and ending.deadline is not None:
+        left = max(0.0, ending.deadline - time.monotonic())
+        return f"ending the clean way ({ending.why}), {left:.1f} s of its grace left"
+    return f"ended: {ending.how} ({ending.why})"
 
 
 def _argv(process: ProcessInfo | None) -> list[str]:

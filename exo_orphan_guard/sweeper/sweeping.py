@@ -49,6 +49,10 @@ class SweepReport:
     other_users_spared: int = 0
     continued: tuple[ProcessIdentity, ...] = ()
     """Processes a dead sweeper had left stopped, continued by this sweep."""
+    target_endings: Mapping[ProcessIdentity, endings.Ending] = field(
+        default_factory=dict[ProcessIdentity, endings.Ending]
+    )
+    """Dry runs: what the targets' watchdogs recorded (an ending under way, say)."""
 
     @property
     def targets(self) -> tuple[Verdict, ...]:
@@ -143,11 +147,21 @@ def sweep(
                 for verdict in outcome.verdicts
             ),
             continued=outcome.continued,
+            target_endings=outcome.target_endings,
         )
 
     if dry_run:
         table, verdicts = judge(registry, options, warnings)
-        return report(_Outcome(verdicts, (), killing.preview(_targets(verdicts), table.protected)))
+        targets = _targets(verdicts)
+        latest = _latest_endings(registry, table.boot_id)
+        return report(
+            _Outcome(
+                verdicts,
+                (),
+                killing.preview(targets, table.protected),
+                target_endings={t: latest[t] for t in targets if t in latest},
+            )
+        )
     if registry is None:
         return report(_kill_orphans(None, options, warnings, grace, kill_wait))
     try:
@@ -168,6 +182,9 @@ class _Outcome:
     results: tuple[KillResult, ...]
     would_signal: Mapping[Pid, tuple[Pid, ...]] = field(default_factory=dict[Pid, tuple[Pid, ...]])
     continued: tuple[ProcessIdentity, ...] = ()
+    target_endings: Mapping[ProcessIdentity, endings.Ending] = field(
+        default_factory=dict[ProcessIdentity, endings.Ending]
+    )
 
 
 def _kill_orphans(

@@ -17,13 +17,15 @@ from typing import Final, final
 
 from .. import system
 from ..exo import patching
+from ..sweeper import endings
+from ..sweeper.endings import Ending
 from ..sweeper.process_table import ProcessInfo
 from ..sweeper.registry import Registry
 from ..sweeper.sweeping import judge
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.process_facts import WiredMemory
-from . import rdma_ports, stranded_memory
+from . import hard_kills, rdma_ports, stranded_memory
 from .check import Check
 
 QUEUE_PAIRS_PER_DEVICE: Final = 10
@@ -51,6 +53,8 @@ class NodeFacts:
     """macOS's wired memory beside live footprints; a string: why it could not be
     read; None: not macOS."""
     rdma: rdma_ports.RdmaReport = rdma_ports.NOT_ON_PATH
+    endings: tuple[Ending, ...] = ()
+    """How runners ended since boot (`sweeper.endings`)."""
 
 
 def gather(exo_tree: Path | None) -> NodeFacts:
@@ -96,6 +100,9 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         stuck=stuck,
         wired=stranded_memory.measure(),
         rdma=rdma_ports.read_devinfo(),
+        endings=()
+        if registry is None
+        else tuple(endings.read(registry.path / endings.ENDINGS_NAME, table.boot_id)),
     )
 
 
@@ -105,6 +112,7 @@ def assess(facts: NodeFacts) -> list[Check]:
         _patch(facts),
         _orphans(facts),
         _unkillable(facts),
+        hard_kills.check(facts.endings),
         _registry(facts),
         _queue_pairs(facts),
         stranded_memory.check(facts.wired),
