@@ -110,7 +110,7 @@ def draw(document: SamplesDocument, image: Path) -> None:
         if any(cell["runner"] == kind for cell in document["cells"])
     ]
     figure, grid = plt.subplots(
-        1, len(shown), figsize=(6.5 * len(shown), 6.8), sharey=True, squeeze=False
+        1, len(shown), figsize=(6.5 * len(shown), 9.0), sharey=True, squeeze=False
     )
     axes = grid[0]
     panels = [[cell for cell in document["cells"] if cell["runner"] == kind] for kind, _ in shown]
@@ -190,7 +190,7 @@ def _panel(axis: Axes, title: str, cells: Sequence[CellSamples], never_slots: in
     axis.grid(True, which="major", alpha=0.3)
     axis.grid(True, which="minor", axis="x", alpha=0.1)
     axis.legend(
-        loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=7.5, frameon=False
+        loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=1, fontsize=7.5, frameon=False
     )
 
 

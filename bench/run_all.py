@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psutil
 
+from exo_orphan_guard.system import settings
+
 from . import cli_startup, group_reform, idle_cost, plot_watch, sweep_cost, watch_latency
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,11 +38,15 @@ command and machine that produced it. These machines are shared and noisy: each 
 compares its rows side by side within one run. Do not compare numbers across tables.
 Nothing here runs on macOS; see `docs/design.md` for what was run where.
 
-Targets, on Linux: a runner gone within p99 20 ms of its worker's SIGKILL when idle and
-50 ms when holding the GIL, with no periodic wake-ups on the event-driven paths; a
-registry sweep that costs the same at 2,000 processes (at most 5 ms) and a full scan
-at most twice the `ps | awk` pipeline of exo PR 2205. `auto` is what exo runs; the
-single-mechanism rows exist to show what each mechanism does alone.
+Targets, on Linux. The clean ending (what exo runs, `auto` with the default grace):
+begun within p99 20 ms of the worker's SIGKILL, an idle stand-in runner gone by itself
+within p50 150 ms, a runner holding the GIL in native code (wedged) gone within 0.6 s,
+and a real MLX group re-formed within 2.5 s after an orphan inside
+`mx.distributed.init()`. The mechanisms alone (grace 0, the tree killed at once): a
+runner gone within p99 20 ms when idle and 50 ms when holding the GIL, with no periodic
+wake-ups on the event-driven paths. A registry sweep that costs the same at 2,000
+processes (at most 5 ms) and a full scan at most twice the `ps | awk` pipeline of exo
+PR 2205. The single-mechanism rows exist to show what each mechanism does alone.
 """
 
 
@@ -73,11 +79,18 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
     return "\n".join(
         [
             _header("Parent watch: worker SIGKILL to runner exit", command, where),
-            f"{arguments.rounds} rounds. In each, one worker per strategy (an idle runner and "
-            "one holding the GIL in `ctypes.PyDLL(None).sleep()`) is started, then the workers "
-            "are SIGKILLed one at a time in random order. Latency runs from just before "
-            "`kill(worker, SIGKILL)` to the runner's pidfd turning readable (a zombie counts "
-            "as gone), measured by the benchmark process. PR 2205 and no-guard rows come from "
+            f"{arguments.rounds} rounds. In each, one worker per row (an idle runner and one "
+            "holding the GIL in native code that does not return when a signal comes, "
+            "`ctypes.PyDLL(None).sleep()` with the notice blocked) is started, then the "
+            "workers are SIGKILLed one at a time in random order. Latency runs from just "
+            "before `kill(worker, SIGKILL)` to the runner's pidfd turning readable (a zombie "
+            "counts as gone), measured by the benchmark process. The `clean ending` rows run "
+            f"`auto` with the default grace ({settings.DEFAULT_GRACE_SECONDS:g} s), and a "
+            "third runner looping over MLX operations (64 MB held, steps of about 2 ms); "
+            "their `: begun` rows are when `WorkerGone` was raised on the runner's main "
+            "thread (its own note, the same monotonic clock). Every other strategy row runs "
+            "with `EXO_ORPHAN_GUARD_GRACE=0`: the mechanism alone, the tree killed at once. "
+            "PR 2205 and no-guard rows come from "
             f"workers with {watch_latency.SLOW_RUNNERS_PER_KIND} runners of each kind, one "
             f"every {watch_latency.SLOW_EVERY_ROUNDS} rounds. `> N (alive)`: that share of "
             "runners was still running at the deadline. Thread-only strategies are listed "
@@ -169,7 +182,9 @@ def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
                 f"python -m bench.run_all --only group --group-trials {trials}",
             ),
             "MLX ring backend (`mlx[cpu]`) over loopback. Rank 0 of a 2-rank group sits in "
-            "`mx.distributed.init()` (holding the GIL) when its worker is SIGKILLed; a new "
+            "`mx.distributed.init()` (holding the GIL) when its worker is SIGKILLed (the "
+            "guard's notice interrupts the wait in init, and the rank ends the clean way); "
+            "a new "
             "worker then starts ranks 1 and 0 on the same ports, 0.5 s apart. Time runs from "
             "the kill until both new ranks returned `all_sum` (its floor is the new worker's "
             "start-up, the stagger, and rank 1's first connect retry, about 1 s). Without the "

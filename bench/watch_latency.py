@@ -277,20 +277,42 @@ def _record(
 
 def render(results: LatencyResults) -> str:
     lines = [
-        "| strategy | runner | trials | exited | p50 ms | p99 ms | max ms |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| strategy | ending | runner | trials | exited | p50 ms | p99 ms | max ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    for name, kinds in results.cells.items():
-        for kind, cell in kinds.items():
+    for name in sorted(results.cells, key=_row_order):
+        for kind, cell in results.cells[name].items():
             label = "-" if name == FLOOR else KIND_LABELS.get(kind, kind)
             samples = cell.samples
             lines.append(
-                f"| {name} | {label} | {samples.count} | {samples.exited} | "
+                f"| {name} | {_ending(name)} | {label} | {samples.count} | {samples.exited} | "
                 f"{samples.quantile_text(0.50, cell.deadline_s)} | "
                 f"{samples.quantile_text(0.99, cell.deadline_s)} | "
                 f"{samples.quantile_text(1.0, cell.deadline_s)} |"
             )
     return "\n".join(lines)
+
+
+def _ending(name: str) -> str:
+    if name.endswith(BEGUN):
+        return "clean: begun"
+    if name.endswith(CLEAN):
+        return "clean: gone"
+    if name == FLOOR or name.startswith(("PR 2205", "no guard")):
+        return "-"
+    return "grace 0: killed at once"
+
+
+def _row_order(name: str) -> tuple[int, str]:
+    """Clean endings first, then the floor, the mechanisms, their portable rows, and
+    what exo has without the guard."""
+    if name.endswith((CLEAN, BEGUN)):
+        return 0, name
+    if name == FLOOR:
+        return 1, name
+    if name.startswith(("PR 2205", "no guard")):
+        return 4, name
+    return (3 if PORTABLE_SUFFIX in name else 2), name
 
 
 class CellSamples(TypedDict):

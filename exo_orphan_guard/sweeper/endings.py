@@ -104,9 +104,23 @@ def append(path: Path | str, ending: Ending) -> bool:
     return True
 
 
-def record(base: Path, ending: Ending) -> bool:
-    """Append `ending` to this host's file in the registry at `base`, if there is one."""
+def record_killed(
+    base: Path, runner: ProcessIdentity, boot_id: str, *, by: By, why: str, after: float
+) -> bool:
+    """Append a hard kill of `runner` to this host's file in the registry at `base`,
+    if there is one."""
     registry, _ = Registry.open(base, create=False)
+    ending = Ending(
+        event="ended",
+        pid=runner.pid,
+        started=runner.started,
+        boot_id=boot_id,
+        at=time.time(),
+        by=by,
+        how="killed",
+        after_seconds=after,
+        why=why,
+    )
     return registry is not None and append(registry.path / ENDINGS_NAME, ending)
 
 

@@ -108,9 +108,28 @@ def execute(
     while it is read; without one nothing is ever stopped (a sweeper that died would
     leave it stopped), and the tree is read again right before SIGKILL instead.
     `patience`: targets ending by themselves, each with the `time.monotonic()` it is
-    left alone until (gone by then, it is `exited`)."""
-    if patience:
-        _wait_for_clean_endings(patience)
+    left alone until (gone by then, it is `exited`); the others are dealt with first."""
+    waiting = [target for target in targets if patience and target in patience]
+    now = [target for target in targets if target not in waiting]
+    # A target is never taken for another one's descendant, in either batch.
+    reserved = {*protected, *(target.pid for target in targets)}
+    results = _escalate(now, reserved, grace, kill_wait, journal)
+    if waiting and patience:
+        _wait_for_clean_endings({target: patience[target] for target in waiting})
+        results += _escalate(waiting, reserved, grace, kill_wait, journal)
+    order = {target: index for index, target in enumerate(targets)}
+    return sorted(results, key=lambda result: order[result.target])
+
+
+def _escalate(
+    targets: Sequence[ProcessIdentity],
+    protected: Collection[int],
+    grace: float,
+    kill_wait: float,
+    journal: FreezeJournal | None,
+) -> list[KillResult]:
+    if not targets:
+        return []
     families = [_Family(target) for target in targets]
     claimed: set[int] = {target.pid for target in targets} | set(protected)
     freezer = _Freezer(journal)

@@ -251,21 +251,14 @@ class _Supervisor:
         """CMD outlived the grace after its launcher died: a hard kill, recorded as one."""
         if self._parent_gone_at is None:
             return
-        me = current_identity()
-        endings.record(
+        endings.record_killed(
             settings.registry_dir(),
-            endings.Ending(
-                event="ended",
-                pid=me.pid,
-                started=me.started,
-                boot_id=system.boot_id(),
-                at=time.time(),
-                by="exec",
-                how="killed",
-                after_seconds=time.monotonic() - self._parent_gone_at,
-                why=f"the command did not exit within the {_grace(self._options):g} s grace "
-                "after SIGTERM: SIGKILL",
-            ),
+            current_identity(),
+            system.boot_id(),
+            by="exec",
+            why=f"the command did not exit within the {_grace(self._options):g} s grace "
+            "after SIGTERM: SIGKILL",
+            after=time.monotonic() - self._parent_gone_at,
         )
 
     def _poll(self, timeout_ms: float | None) -> list[tuple[int, int]]:

@@ -310,17 +310,6 @@ def _die(me: ProcessIdentity, group: int | None, why: str) -> NoReturn:
 
 
 def _record_kill(me: ProcessIdentity, why: str) -> None:
-    endings.record(
-        settings.registry_dir(),
-        endings.Ending(
-            event="ended",
-            pid=me.pid,
-            started=me.started,
-            boot_id=system.boot_id(),
-            at=time.time(),
-            by="watch",
-            how="killed",
-            after_seconds=0.0,
-            why=why,
-        ),
+    endings.record_killed(
+        settings.registry_dir(), me, system.boot_id(), by="watch", why=why, after=0.0
     )

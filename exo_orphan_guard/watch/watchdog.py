@@ -140,7 +140,7 @@ def _await_the_ending(
             return "shut down" if shutting_down else "clean"
         if data and BEGUN in data and not started:
             started = True
-            _record_begun(plan, runner, noticed + plan.grace)
+            _record(plan, runner, None, None, "its worker died", noticed + plan.grace)
         shutting_down = shutting_down or bool(data and SHUTTING_DOWN in data)
 
 
@@ -164,13 +164,19 @@ def _described(outcome: Outcome, after: float, grace: float) -> tuple[endings.Ho
 
 
 def _record(
-    plan: EndingPlan, runner: ProcessIdentity, how: endings.How, after: float, why: str
+    plan: EndingPlan,
+    runner: ProcessIdentity,
+    how: endings.How | None,
+    after: float | None,
+    why: str,
+    deadline: float | None = None,
 ) -> None:
+    """An `ended` line (`how` given) or a `begun` one (with its `deadline`)."""
     if plan.endings_path is not None:
         endings.append(
             plan.endings_path,
             Ending(
-                event="ended",
+                event="begun" if how is None else "ended",
                 pid=runner.pid,
                 started=runner.started,
                 boot_id=plan.boot_id,
@@ -179,23 +185,6 @@ def _record(
                 how=how,
                 after_seconds=after,
                 why=why,
-                labels=plan.labels,
-            ),
-        )
-
-
-def _record_begun(plan: EndingPlan, runner: ProcessIdentity, deadline: float) -> None:
-    if plan.endings_path is not None:
-        endings.append(
-            plan.endings_path,
-            Ending(
-                event="begun",
-                pid=runner.pid,
-                started=runner.started,
-                boot_id=plan.boot_id,
-                at=time.time(),
-                by=plan.by,
-                why="its worker died",
                 deadline=deadline,
                 labels=plan.labels,
             ),
