@@ -20,7 +20,10 @@ def modules_after(arguments: list[str]) -> list[str]:
     script = (
         "import json, sys\n"
         "from exo_orphan_guard.tools import cli\n"
-        f"code = cli.main({arguments!r})\n"
+        "try:\n"
+        f"    cli.main({arguments!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
     finished = subprocess.run(
@@ -38,6 +41,25 @@ def test_commands_start_without_anyio_or_loguru(arguments: list[str]) -> None:
     loaded = modules_after(arguments)
     assert [name for name in loaded if name.split(".")[0] in HEAVY] == []
     assert "exo_orphan_guard.sweeper.sweeping" in loaded or arguments[0] == "explain"
+
+
+@pytest.mark.parametrize("arguments", [["--version"], ["explain", "errno 16"]])
+def test_commands_that_read_no_process_start_without_psutil_or_the_backend(
+    arguments: list[str],
+) -> None:
+    loaded = modules_after(arguments)
+    assert [name for name in loaded if name.split(".")[0] == "psutil"] == []
+    assert "exo_orphan_guard.system.backend" not in loaded
+    assert "exo_orphan_guard.system.settings" in loaded
+
+
+def test_the_system_interface_loads_its_backend_on_first_use() -> None:
+    from exo_orphan_guard import system
+
+    for name in system.__all__:
+        assert getattr(system, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = system.nothing_here  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def test_the_public_names_load_on_first_use() -> None:
