@@ -146,8 +146,15 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
     assert re.search(r"with the wrapper: .*\n  kill -9 launcher; all gone [\d.]+ ms after", launch)
     # The doctor looks at the whole machine: other orphans may exist, never the demo's.
     doctor = sections["6"]
-    assert re.search(r"^\s+(OK|FAIL)\s+orphans ", doctor, re.M), doctor
-    assert not any(re.search(rf"\b{pid}\b", doctor) for pid in orphans.groups())
+    orphans_line = re.search(r"^\s+(OK|FAIL)\s+orphans .*$", doctor, re.M)
+    assert orphans_line is not None, doctor
+    assert not any(re.search(rf"\b{pid}\b", orphans_line[0]) for pid in orphans.groups())
+    # The demo's orphans are unguarded (no handler), so the sweep's SIGTERM was a hard
+    # kill, and the doctor's record of hard kills says so.
+    hard_kills = re.search(r"^\s+WARN\s+hard kills .*$", doctor, re.M)
+    assert hard_kills is not None, doctor
+    for pid in orphans.groups():
+        assert f"pid {pid} at " in hard_kills[0] and "the sweep's SIGTERM" in hard_kills[0]
     assert not wait_all_gone(demo_tag)
 
 

@@ -23,6 +23,7 @@ from exo_orphan_guard.sweeper import endings
 from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
+from tests.helpers.processes import kill_all
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
@@ -241,14 +242,15 @@ def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
 def test_command_never_outlives_a_sigkilled_wrapper(
     wrapped: list[subprocess.Popen[str]],
 ) -> None:
+    """The wrapper's watchdog sees it die and kills its process group: the command
+    and what the command started (on Linux PR_SET_PDEATHSIG takes the command first)."""
     process, (child, grandchild) = start_wrapped(wrapped, code=PYTHON_WITH_CHILD)
     process.kill()
     process.wait()
     try:
-        assert gone_within([child], 1.0)
+        assert gone_within([child, grandchild], 1.0)
     finally:
-        # What the command started is left in the wrapper's group (documented).
-        os.kill(grandchild.pid, signal.SIGKILL)
+        kill_all([child, grandchild])
 
 
 # --- signals ---------------------------------------------------------------------------

@@ -229,10 +229,13 @@ class _Supervisor:
         return returncode
 
     def _step(self) -> int | None:
+        # Drained before the child is polled: a SIGCHLD that comes after the drain wakes
+        # the poll below; one drained here is of an exit that poll() sees.
+        received = self._signals.drain()
         returncode = self._child.poll()
         if returncode is not None:
             return returncode
-        for number in self._signals.drain():
+        for number in received:
             self._stop(number, f"got {signal.Signals(number).name}")
         now = time.monotonic()
         if self._deadline is not None and now >= self._deadline:
