@@ -18,6 +18,7 @@ never before CMD.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import select
 import shlex
@@ -92,6 +93,10 @@ def run(options: ExecOptions) -> int:
     except PermissionError as error:
         logger.warning(f"{_LOG_PREFIX}: {options.command[0]}: {error.strerror}")
         return EXIT_CANNOT_EXECUTE
+    # What the wrapper holds now lives until it exits: frozen, the collector neither
+    # copies it into the forked watchdog by writing to it nor walks it again at exit
+    # (about 0.1 s on 2 cores, all before the launcher sees the rank gone).
+    gc.freeze()
     _watch_parent(parent, group, options)
     returncode = _Supervisor(child, group, options, signals).run()
     return exit_status(returncode)
