@@ -47,6 +47,9 @@ runner gone within p99 20 ms when idle and 50 ms when holding the GIL, with no p
 wake-ups on the event-driven paths. A registry sweep that costs the same at 2,000
 processes (at most 5 ms) and a full scan at most twice the `ps | awk` pipeline of exo
 PR 2205. The single-mechanism rows exist to show what each mechanism does alone.
+The targets were set on a host where `python -c pass` took 9 ms; the CLI tables carry
+that row, so a host whose Python is slower (Python-bound rows grow, `ps | awk` less)
+shows in them.
 """
 
 
@@ -86,9 +89,11 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             "before `kill(worker, SIGKILL)` to the runner's pidfd turning readable (a zombie "
             "counts as gone), measured by the benchmark process. The `clean ending` rows run "
             f"`auto` with the default grace ({settings.DEFAULT_GRACE_SECONDS:g} s), and a "
-            "third runner looping over MLX operations (64 MB held, steps of about 2 ms); "
-            "their `: begun` rows are when `WorkerGone` was raised on the runner's main "
-            "thread (its own note, the same monotonic clock). Every other strategy row runs "
+            "third runner looping over MLX operations (64 MB held, steps of about 2 ms), in "
+            "rounds of their own after the others, one worker at a time (an MLX loop keeps "
+            "a core busy); their `: begun` rows are when `WorkerGone` was raised on the "
+            "runner's main thread (its own note, the same monotonic clock). Every other "
+            "strategy row runs "
             "with `EXO_ORPHAN_GUARD_GRACE=0`: the mechanism alone, the tree killed at once. "
             "PR 2205 and no-guard rows come from "
             f"workers with {watch_latency.SLOW_RUNNERS_PER_KIND} runners of each kind, one "
