@@ -174,6 +174,20 @@ def _describe(pids: Sequence[int]) -> list[str]:
     return described
 
 
+def _signal_masks(pids: Sequence[int]) -> dict[int, str]:
+    """Blocked, ignored, caught and pending signals of each (Linux /proc), in hex."""
+    masks: dict[int, str] = {}
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError as error:
+            masks[pid] = error.strerror or "unreadable"
+            continue
+        keys = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        masks[pid] = " ".join(line for line in lines if line.split(":")[0] in keys)
+    return masks
+
+
 def test_control_without_the_wrapper_the_ranks_outlive_the_launcher(
     launchers: list[StartedLauncher], isolated_environment: Path
 ) -> None:
@@ -260,9 +274,16 @@ def test_command_never_outlives_a_sigkilled_wrapper(
 def test_signals_are_forwarded_and_the_exit_status_passes_through(
     wrapped: list[subprocess.Popen[str]], number: signal.Signals
 ) -> None:
-    process, _ = start_wrapped(wrapped, code=TERM_REPORTER)
+    process, (command,) = start_wrapped(wrapped, code=TERM_REPORTER)
     process.send_signal(number)
-    out, _ = process.communicate(timeout=10)
+    try:
+        out, _ = process.communicate(timeout=10)
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(
+            f"the wrapper did not exit: {_describe([process.pid, command.pid])}, "
+            f"{_signal_masks([process.pid, command.pid])}, stdout {expired.stdout!r}, "
+            f"stderr {expired.stderr!r}"
+        )
     assert out.strip() == number.name
     assert process.returncode == 3
 
