@@ -109,14 +109,14 @@ def execute(
     leave it stopped), and the tree is read again right before SIGKILL instead.
     `patience`: targets ending by themselves, each with the `time.monotonic()` it is
     left alone until (gone by then, it is `exited`); the others are dealt with first."""
-    waiting = [target for target in targets if patience and target in patience]
-    now = [target for target in targets if target not in waiting]
+    waiting = {target: patience[target] for target in targets if patience and target in patience}
     # A target is never taken for another one's descendant, in either batch.
     reserved = {*protected, *(target.pid for target in targets)}
-    results = _escalate(now, reserved, grace, kill_wait, journal)
-    if waiting and patience:
-        _wait_for_clean_endings({target: patience[target] for target in waiting})
-        results += _escalate(waiting, reserved, grace, kill_wait, journal)
+    at_once = [target for target in targets if target not in waiting]
+    results = _escalate(at_once, reserved, grace, kill_wait, journal)
+    if waiting:
+        _wait_for_clean_endings(waiting)
+        results += _escalate(list(waiting), reserved, grace, kill_wait, journal)
     order = {target: index for index, target in enumerate(targets)}
     return sorted(results, key=lambda result: order[result.target])
 

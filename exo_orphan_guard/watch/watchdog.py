@@ -140,7 +140,7 @@ def _await_the_ending(
             return "shut down" if shutting_down else "clean"
         if data and BEGUN in data and not started:
             started = True
-            _record(plan, runner, None, None, "its worker died", noticed + plan.grace)
+            _record(plan, runner, None, None, "its worker died", deadline=noticed + plan.grace)
         shutting_down = shutting_down or bool(data and SHUTTING_DOWN in data)
 
 
