@@ -270,6 +270,43 @@ def test_command_never_outlives_a_sigkilled_wrapper(
 # --- signals ---------------------------------------------------------------------------
 
 
+# The command's SIGCHLD comes just after the wrapper's poll saw it running: a real
+# SIGCHLD, sent from inside the first poll, reaches the real signal inbox.
+EXIT_DURING_THE_FIRST_POLL = """
+import os, signal
+from exo_orphan_guard.watch import exec_wrapper
+
+class ExitsDuringTheFirstPoll:
+    pid = os.getpid()
+    returncode = None
+    polls = 0
+
+    def poll(self):
+        self.polls += 1
+        if self.polls > 1:
+            self.returncode = 0
+        else:
+            os.kill(os.getpid(), signal.SIGCHLD)
+        return self.returncode
+
+inbox = exec_wrapper._SignalInbox()
+options = exec_wrapper.ExecOptions(("true",))
+print(exec_wrapper._Supervisor(ExitsDuringTheFirstPoll(), None, options, inbox).run())
+"""
+
+
+def test_an_exit_between_the_poll_and_the_signal_pipe_still_wakes_the_wrapper() -> None:
+    """Read the other way round (poll, then drain), the drain takes the exit's wake-up
+    byte and the wrapper sleeps until its deadline: with none set, for ever."""
+    finished = subprocess.run(
+        [sys.executable, "-c", EXIT_DURING_THE_FIRST_POLL],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    assert (finished.returncode, finished.stdout.strip()) == (0, "0"), finished.stderr
+
+
 @pytest.mark.parametrize("number", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signals_are_forwarded_and_the_exit_status_passes_through(
     wrapped: list[subprocess.Popen[str]], number: signal.Signals
