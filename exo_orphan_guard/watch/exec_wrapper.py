@@ -93,9 +93,9 @@ def run(options: ExecOptions) -> int:
     except PermissionError as error:
         logger.warning(f"{_LOG_PREFIX}: {options.command[0]}: {error.strerror}")
         return EXIT_CANNOT_EXECUTE
-    # What the wrapper holds now lives until it exits: frozen, the collector neither
-    # copies it into the forked watchdog by writing to it nor walks it again at exit
-    # (about 0.1 s on 2 cores, all before the launcher sees the rank gone).
+    # What the wrapper holds now lives until it exits: frozen, the collector never
+    # walks it again, neither in the collection before a clean exit nor in the
+    # interpreter's teardown (measured: the wrapper gone 25-35 ms after CMD, not 90).
     gc.freeze()
     _watch_parent(parent, group, options)
     returncode = _Supervisor(child, group, options, signals).run()
