@@ -99,7 +99,10 @@ def _round_guard_on(scratch: Path) -> bool:
             what = "idle" if runner.kind == "idle" else "holding the GIL in native code"
             outcome = "STILL ALIVE" if seen is None else f"gone {(seen - killed_at) * 1000:.0f} ms"
             ending = recorded.get(runner.identity)
-            how = "no ending recorded" if ending is None else _ENDED[ending.how or "killed"]
+            if ending is None:
+                how = "no ending recorded"
+            else:
+                how = "its clean ending under way" if ending.how is None else _ENDED[ending.how]
             print(f"  runner {runner.identity.pid} ({what}): {outcome} after the kill: {how}")
             if ending is not None:
                 print(f"    ({ending.why})")
