@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import resource_tracker
@@ -133,8 +134,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _check_leftovers(session)
 
 
+_DYING_SECONDS: Final = 1.0
+"""A decoy that the session's last test killed may still be exiting when the session
+ends (SIGKILL returns before its target is gone): it has this long to be seen gone."""
+
+
 def _check_decoys(session: pytest.Session) -> None:
     """Fail the run if a test took one of the session's decoys."""
+    if _decoys:
+        time.sleep(_DYING_SECONDS)
     for decoys in _decoys:
         gone = decoys.gone()
         decoys.stop()
