@@ -35,6 +35,7 @@ from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord, host_direc
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.cli import CLI, run_cli
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment, start_orphan
 
 ROUNDS = 200
@@ -70,13 +71,7 @@ def _is_runner(process: ProcessIdentity) -> bool:
 
 def cli_sweep(environment: dict[str, str], *extra: str, targeted: set[int] | None = None) -> int:
     """Exit code of one CLI sweep; what it targeted is added to `targeted`."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json", *extra],
-        env=environment,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    completed = run_cli("sweep", "--grace", "0.3", "--json", *extra, env=environment)
     if targeted is not None and completed.returncode in (0, 1):
         targeted.update(suspect["pid"] for suspect in json.loads(completed.stdout)["suspects"])
     return completed.returncode
@@ -85,7 +80,7 @@ def cli_sweep(environment: dict[str, str], *extra: str, targeted: set[int] | Non
 def sweep_killed_midway(environment: dict[str, str], delay: float) -> None:
     """A sweep SIGKILLed at a random moment: mid-freeze, sometimes."""
     sweeper = subprocess.Popen(
-        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json"],
+        [*CLI, "sweep", "--grace", "0.3", "--json"],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -23,11 +23,12 @@ from exo_orphan_guard.sweeper import endings
 from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
+from tests.helpers.cli import CLI, run_cli
 from tests.helpers.processes import kill_all
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
-WRAPPER = [sys.executable, "-m", "exo_orphan_guard", "exec"]
+WRAPPER = [*CLI, "exec"]
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 ALL_KINDS: list[RankKind] = ["idle", "gil", "child", "deaf"]
 # A child that reports its pid and those of its own child, then waits.
@@ -221,13 +222,7 @@ def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
     assert record["labels"]["wrapped"].endswith("launch_scenario rank idle 0")
 
     def sweep() -> dict[str, Any]:
-        completed = subprocess.run(
-            [sys.executable, "-m", "exo_orphan_guard", "sweep", "--json", "--registry-only"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        completed = run_cli("sweep", "--json", "--registry-only")
         assert completed.returncode == 0, completed.stderr
         document: dict[str, Any] = json.loads(completed.stdout)
         return document

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from .helpers.cli import run_cli
 from .helpers.dist import built_dist
 from .test_exo_integration import COMMITS, _exo_src  # pyright: ignore[reportPrivateUsage]
 
@@ -70,13 +71,7 @@ def uv_environment(cache: Path) -> dict[str, str]:
 
 
 def cli(environment: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", *arguments],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_cli(*arguments, env=environment, timeout=900)
 
 
 def locked(tree: Path) -> dict[str, str]:
