@@ -10,9 +10,12 @@ PYTEST_ARGS ?=
 # Python 3.13 only the tests that can find something there (`-m backend`, `-m py313`:
 # the rule is tests/passes.py), and test_chaos at CHAOS_ROUNDS (docs/testing.md says
 # why that size). `make test-full` runs all three passes whole, chaos at 200 rounds.
-CHAOS_ROUNDS ?= 60
+CHAOS_ROUNDS ?= 200
 PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
+# How many of lint, typecheck and the three passes run side by side (each pass in its
+# own confined pid namespace); TEST_JOBS=1 runs them one after another.
+TEST_JOBS ?= 2
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
@@ -59,28 +62,33 @@ pytest-portable: $(BIN)/.installed
 		$(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(PORTABLE_SELECT) $(PYTEST_ARGS)
 
 # exo runs on Python 3.13 only: the code that runs inside exo is tested there too.
+# (Two lines: `make -n` runs a line that calls $(MAKE), and the pass is not on it.)
 pytest-3.13:
+	@if [ -x "$(PYTHON313)" ]; then $(MAKE) --no-print-directory $(BIN313)/.installed; else \
+		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; fi
 	@if [ -x "$(PYTHON313)" ]; then \
-		$(MAKE) --no-print-directory $(BIN313)/.installed && \
-		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); \
-	else \
-		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; \
-	fi
+		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-test: lint typecheck pytest pytest-portable pytest-3.13
+PASSES := pytest pytest-portable pytest-3.13
+# Each target's output is shown whole once it ends.
+SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
+
+test: $(BIN)/.installed
+	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES)
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
 
-test-full: lint typecheck
-	$(MAKE) --no-print-directory pytest pytest-portable pytest-3.13 $(FULL)
+test-full: $(BIN)/.installed
+	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES) $(FULL)
 
 # Line and branch coverage of exo_orphan_guard over every process the tests start
 # (pyproject.toml's [tool.coverage.run]: subprocess, fork and _exit patched), the
-# passes combined. `coverage-full`: the same for `make test-full`'s passes.
+# passes combined. `coverage-full`: the same for `make test-full`'s passes. A test
+# that fails under coverage's slower exits still counts what it ran (`make test` is
+# what checks the tests): the report comes either way.
 coverage: $(BIN)/.installed
 	rm -f .coverage .coverage.*
-	$(MAKE) --no-print-directory pytest pytest-portable pytest-3.13 COVERAGE_RUN=1 \
-		COVERAGE_FILE=$(CURDIR)/.coverage
+	-$(MAKE) -k $(SIDE_BY_SIDE) $(PASSES) COVERAGE_RUN=1 COVERAGE_FILE=$(CURDIR)/.coverage
 	$(BIN)/coverage combine -q --data-file=$(CURDIR)/.coverage
 	$(BIN)/coverage report --data-file=$(CURDIR)/.coverage
 
