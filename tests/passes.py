@@ -66,7 +66,6 @@ RUNS_IN_EXO: Final[tuple[str, ...]] = (
     "exo_orphan_guard.exo.patch_format",
     "exo_orphan_guard.exo.patch_command",
     "exo_orphan_guard.rig.ring_ending",
-    "tests.exo_support",
 )
 """Module prefixes of code that exo runs in its own processes (on its Python 3.13), and
 the stand-ins of exo's runner that a test drives it through. A test that starts
@@ -111,7 +110,7 @@ SINGLE_INTERPRETER: Final[Mapping[str, str]] = {
 """Modules the rule marks `py313` that run on Python 3.11 only, and why."""
 
 
-def _module_path(name: str) -> Path | None:
+def module_path(name: str) -> Path | None:
     base = ROOT.joinpath(*name.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
@@ -120,14 +119,14 @@ def _module_path(name: str) -> Path | None:
 
 
 def _is_module(name: str) -> bool:
-    return _module_path(name) is not None
+    return module_path(name) is not None
 
 
 @functools.cache
 def imported_modules(name: str) -> frozenset[str]:
     """The project's modules that module `name` imports or names in a string, and those
     of the `tests.helpers` modules it imports, transitively."""
-    path = _module_path(name)
+    path = module_path(name)
     if path is None:
         return frozenset()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]

@@ -74,3 +74,10 @@ def test_dash_m_selects_the_marked_tests(mark: str, selected: str, left_out: str
     assert listed.returncode == 0, listed.stdout + listed.stderr
     tests = [line for line in listed.stdout.splitlines() if "::" in line]
     assert tests and all(line.startswith(f"tests/{selected}::") for line in tests), tests
+
+
+def test_every_module_the_rule_names_exists() -> None:
+    """A module moved or renamed must move in the rule too, or its tests lose a pass."""
+    named = [*passes.BACKEND_DEPENDENT, *passes.BACKEND_INDEPENDENT, *passes.RUNS_IN_EXO]
+    missing = [name for name in named if passes.module_path(name) is None]
+    assert missing == []
