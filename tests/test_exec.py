@@ -132,7 +132,15 @@ def test_ranks_and_their_children_die_with_the_launcher(
     launchers: list[StartedLauncher], isolated_environment: Path, stdin_hup: bool
 ) -> None:
     """Asked first: SIGTERM, which every rank but the deaf one dies of at once (its
-    default action works in native code too); SIGKILL for the deaf one at the grace."""
+    default action works in native code too); SIGKILL for the deaf one at the grace.
+    The control (once): without the wrapper, the same ranks outlive that wait."""
+    unwrapped: StartedLauncher | None = None
+    if not stdin_hup:
+        unwrapped = launch_scenario.start_launcher(
+            ALL_KINDS, wrapper=[], registry=isolated_environment
+        )
+        launchers.append(unwrapped)
+    control = [] if unwrapped is None else unwrapped.all_processes()
     launcher = launch_scenario.start_launcher(
         ALL_KINDS,
         wrapper=launch_scenario.wrapper_words(stdin_hup=stdin_hup, grace=RANK_GRACE),
@@ -145,6 +153,8 @@ def test_ranks_and_their_children_die_with_the_launcher(
     deaf_tree = set(deaf.tree)
     tracked = launcher.all_processes()
     assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (watchdogs not counted)
+    if unwrapped is not None:
+        launch_scenario.kill_launcher(unwrapped)
     killed_at = launch_scenario.kill_launcher(launcher)
     exits = scenarios.wait_gone(tracked, RANK_GRACE + 1.0)
     late = [identity.pid for identity, seen in exits.items() if seen is None]
@@ -158,6 +168,7 @@ def test_ranks_and_their_children_die_with_the_launcher(
     )
     assert wrapper_endings[deaf.wrapper].how == "killed"
     assert wrapper_endings[deaf.wrapper].by == "exec"
+    assert scenarios.alive(control) == control
 
 
 def _describe(pids: Sequence[int]) -> list[str]:
@@ -187,17 +198,6 @@ def _signal_masks(pids: Sequence[int]) -> dict[int, str]:
         keys = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
         masks[pid] = " ".join(line for line in lines if line.split(":")[0] in keys)
     return masks
-
-
-def test_control_without_the_wrapper_the_ranks_outlive_the_launcher(
-    launchers: list[StartedLauncher], isolated_environment: Path
-) -> None:
-    launcher = launch_scenario.start_launcher(ALL_KINDS, wrapper=[], registry=isolated_environment)
-    launchers.append(launcher)
-    tracked = launcher.all_processes()
-    launch_scenario.kill_launcher(launcher)
-    time.sleep(1.0)
-    assert scenarios.alive(tracked) == tracked
 
 
 def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
