@@ -25,11 +25,11 @@ from typing import Final, Literal, final
 import psutil
 
 from .. import system
+from ..records.endings import How
+from ..records.freeze_journal import FreezeJournal
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
 from ..system.process_read import read_or
-from .endings import How
-from .freeze_journal import FreezeJournal
 from .process_table import is_guard_command
 
 SignalSender = Callable[[int, int], None]

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar, final
 
+from ..records import endings
+from ..records.freeze_journal import FreezeJournal, thaw_abandoned
+from ..records.registry import LoadedRecord, LockUnavailableError, Registry
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, liveness
 from ..system.process_facts import Pid
-from . import endings, killing, process_table, sweep_endings
-from .freeze_journal import FreezeJournal, thaw_abandoned
+from . import killing, process_table, sweep_endings
 from .killing import KillResult
 from .process_table import ProcessTable
-from .registry import LoadedRecord, LockUnavailableError, Registry
 from .verdicts import SweepOptions, Verdict, decide
 
 P = ParamSpec("P")

@@ -23,8 +23,8 @@ import psutil
 from loguru import logger
 
 from .. import system
-from ..sweeper import endings
-from ..sweeper.registry import Registry, RunnerRecord
+from ..records import endings
+from ..records.registry import Registry, RunnerRecord
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
