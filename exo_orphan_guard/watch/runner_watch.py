@@ -19,7 +19,6 @@ import time
 from collections.abc import Mapping
 from typing import NoReturn
 
-import psutil
 from loguru import logger
 
 from .. import system
@@ -263,11 +262,11 @@ def _record_runner(
     grace: float,
     plan: WatchPlan,
 ) -> None:
-    process = psutil.Process(me.pid)
-    try:
-        exe: str | None = process.exe()
-    except psutil.Error:
-        exe = None
+    program = system.exe_and_argv(me.pid)
+    if program is None:
+        warn_once(f"orphan registry {registry.path}: cannot read this runner's command line")
+        return
+    exe, argv = program
     record = RunnerRecord(
         pid=me.pid,
         started=me.started,
@@ -275,7 +274,7 @@ def _record_runner(
         uid=os.geteuid(),
         worker=worker,
         exe=exe,
-        argv=tuple(process.cmdline()),
+        argv=argv,
         pgid=group,
         recorded_at=time.time(),
         labels=dict(labels),
