@@ -20,7 +20,7 @@ TEST_JOBS ?= 2
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup test test-full coverage coverage-full lint typecheck pytest pytest-portable pytest-3.13 demo bench test-exo dist clean
+.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-portable pytest-3.13 demo bench test-exo dist clean
 
 all: test
 
@@ -62,10 +62,12 @@ pytest-portable: $(BIN)/.installed
 		$(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(PORTABLE_SELECT) $(PYTEST_ARGS)
 
 # exo runs on Python 3.13 only: the code that runs inside exo is tested there too.
-# (Two lines: `make -n` runs a line that calls $(MAKE), and the pass is not on it.)
-pytest-3.13:
+venv-3.13:
 	@if [ -x "$(PYTHON313)" ]; then $(MAKE) --no-print-directory $(BIN313)/.installed; else \
 		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; fi
+
+# (Two recipes: `make -n` runs a line that calls $(MAKE), and the pass is not on it.)
+pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
@@ -73,12 +75,16 @@ PASSES := pytest pytest-portable pytest-3.13
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
-test: $(BIN)/.installed
+# Both venvs are set up before anything runs side by side: an install rewrites what
+# a running pass imports.
+SET_UP := $(BIN)/.bench-installed venv-3.13
+
+test: $(SET_UP)
 	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES)
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
 
-test-full: $(BIN)/.installed
+test-full: $(SET_UP)
 	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES) $(FULL)
 
 # Line and branch coverage of exo_orphan_guard over every process the tests start
@@ -86,13 +92,13 @@ test-full: $(BIN)/.installed
 # passes combined. `coverage-full`: the same for `make test-full`'s passes. A test
 # that fails under coverage's slower exits still counts what it ran (`make test` is
 # what checks the tests): the report comes either way.
-coverage: $(BIN)/.installed
+coverage: $(SET_UP)
 	rm -f .coverage .coverage.*
 	-$(MAKE) -k $(SIDE_BY_SIDE) $(PASSES) COVERAGE_RUN=1 COVERAGE_FILE=$(CURDIR)/.coverage
 	$(BIN)/coverage combine -q --data-file=$(CURDIR)/.coverage
 	$(BIN)/coverage report --data-file=$(CURDIR)/.coverage
 
-coverage-full: $(BIN)/.installed
+coverage-full: $(SET_UP)
 	$(MAKE) --no-print-directory coverage $(FULL)
 
 demo: $(BIN)/.installed
