@@ -9,6 +9,7 @@ prints one JSON line describing them once they are armed, then waits to be kille
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -24,7 +25,10 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.resource_sharer import DupFd
-from typing import Final, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Final, Literal, NoReturn, TypeAlias, TypedDict, cast
+
+if TYPE_CHECKING:
+    from loguru import Logger
 
 from .notes import RunnerNotes
 
@@ -41,6 +45,11 @@ RunnerKind = Literal[
     "noisy",
     "queue",
     "mlxloop",
+    "mlxbusy",
+    "gilbusy",
+    "swallow",
+    "loguru",
+    "faulty",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -55,12 +64,24 @@ AsyncProcess); once the worker is gone it writes much there, and logs. queue: se
 into a multiprocessing queue only its worker reads, more than the pipe holds, once
 the worker is gone (exo's event channel). mlxloop: holds 64 MB in MLX arrays and
 runs MLX operations on them in a loop, steps of a few ms as in a decode loop, catching
-nothing (needs mlx)."""
-CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue"})
+nothing (needs mlx). mlxbusy: holds 64 MB in MLX arrays and runs one `mx.eval` of
+at least `LONG_EVAL_SECONDS` (once sized) after another, as exo's prefill and weight loading do
+(needs mlx). gilbusy: native code holding the GIL with every signal blocked that
+returns after `GIL_BUSY_SECONDS`, again and again (a `mx.synchronize()`, a
+`mx.distributed.init()` that connects). swallow: a bare `except:` swallows the first
+WorkerGone, then it sleeps on. loguru: catches WorkerGone and logs more than 1 MiB
+through a loguru sink with `enqueue=True` that its worker set up (exo's
+`logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
+gone (an injected error)."""
+CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
+LONG_EVAL_SECONDS: Final = 3.0
+GIL_BUSY_SECONDS: Final = 1.5
+_LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
 Watch = Literal["guard", "pr2205", "none"]
 SpawnFrom = Literal["main", "thread"]
 
+WorkerEnd: TypeAlias = "DupFd | multiprocessing.queues.Queue[bytes] | Logger | None"
 PR2205_POLL_SECONDS = 5.0
 _READY_TIMEOUT_SECONDS = 30.0
 
@@ -87,8 +108,9 @@ class WorkerSpec(TypedDict):
     tests once the worker is gone; empty: none."""
 
 
-SHUTDOWN_SECONDS = 1.0
-"""How long a `shutdown` runner's own shutdown takes."""
+SHUTDOWN_SECONDS = 1.5
+"""How long a `shutdown` runner's own shutdown takes: longer than the second after
+which a WorkerGone is raised again outside `ending_cleanly()`."""
 
 
 def runner_main(
@@ -97,10 +119,10 @@ def runner_main(
     go_file: str,
     report: multiprocessing.connection.Connection,
     notes: str = "",
-    worker_end: DupFd | multiprocessing.queues.Queue[bytes] | None = None,
+    worker_end: WorkerEnd = None,
 ) -> None:
     """`worker_end`: for `noisy`, the pipe to its worker to put on its stdout and
-    stderr; for `queue`, the queue to its worker."""
+    stderr; for `queue`, the queue to its worker; for `loguru`, its worker's logger."""
     if isinstance(worker_end, DupFd):
         captured = worker_end.detach()
         for fd in (1, 2):
@@ -111,6 +133,8 @@ def runner_main(
         while not os.path.exists(go_file):
             time.sleep(0.005)
     note = RunnerNotes(notes)
+    if kind == "faulty":
+        _break_the_watchdog()
     _start_watch(watch)
     try:
         children: list[int] = []
@@ -126,7 +150,7 @@ def runner_main(
             raise
         note.write("caught")
         try:
-            _end(kind, worker_end)
+            _end(kind, worker_end, note)
         except BaseException as problem:
             note.write("ending failed", type=type(problem).__name__, detail=str(problem))
             raise
@@ -135,10 +159,23 @@ def runner_main(
         note.write("finally")
 
 
-def _end(kind: RunnerKind, worker_end: DupFd | multiprocessing.queues.Queue[bytes] | None) -> None:
+def _end(kind: RunnerKind, worker_end: WorkerEnd, note: RunnerNotes) -> None:
     """The clean ending of a runner that caught WorkerGone."""
-    while kind == "hang":
-        time.sleep(3600)
+    if kind == "hang":
+        from exo_orphan_guard import ending_cleanly
+
+        with ending_cleanly():  # a clean-up of its own that never finishes
+            while True:
+                time.sleep(3600)
+    if (
+        kind == "loguru"
+        and worker_end is not None
+        and not isinstance(worker_end, DupFd | multiprocessing.queues.Queue)
+    ):
+        line = "x" * 1000
+        for number in range(_LOG_FLOOD_BYTES // len(line) + 1):
+            worker_end.info(f"runner {os.getpid()} releasing part {number}: {line}")
+        note.write("logged", bytes=_LOG_FLOOD_BYTES)
     if kind == "noisy":
         from loguru import logger
 
@@ -155,8 +192,19 @@ def _end(kind: RunnerKind, worker_end: DupFd | multiprocessing.queues.Queue[byte
 def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if kind in ("gil", "deaf"):
+    if kind in ("gil", "deaf", "faulty"):
         hold_the_gil_in_native_code()
+    if kind == "mlxbusy":
+        _one_long_eval_after_another(note)
+    while kind == "gilbusy":
+        _busy_in_native_code_holding_the_gil(note)
+    if kind == "swallow":
+        try:
+            note.write("swallowing")  # ready: from inside the block that swallows
+            while True:
+                time.sleep(3600)
+        except:  # noqa: E722  # as exo's vendored deepseek_v4_encoding.py does
+            note.write("swallowed")
     if kind == "shutdown":
         while not os.path.exists(f"{go_file}.shutdown"):  # asked, as by exo's Shutdown task
             time.sleep(0.005)
@@ -184,6 +232,66 @@ def _loop_over_mlx() -> None:
     step = held[: 2**20]  # pyright: ignore
     while True:
         mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
+
+
+def _one_long_eval_after_another(note: RunnerNotes) -> None:
+    """Each `mx.eval` one graph of matrix products, sized to take `LONG_EVAL_SECONDS`
+    here; MLX lets go of the GIL while it runs."""
+    import mlx.core as mx  # pyright: ignore[reportMissingImports]
+
+    held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
+    base = mx.ones((512, 512)) / 512  # pyright: ignore  # (mx.random would hold its key)
+    mx.eval(held, base)  # pyright: ignore
+    # Registered before the guard's own release (at exit the last registered runs
+    # first): what MLX still holds once the guard has collected and cleared its cache.
+    atexit.register(
+        lambda: note.write(
+            "exit",
+            active=int(mx.get_active_memory()),
+            cache=int(mx.get_cache_memory()),  # pyright: ignore
+        )
+    )
+
+    def product(steps: int) -> object:
+        result = base  # pyright: ignore
+        for _ in range(steps):
+            result = result @ base  # pyright: ignore
+        return result  # pyright: ignore
+
+    steps, last = 8, 0.0
+    while True:
+        graph = product(steps)
+        note.write("eval begun", steps=steps, last=last)
+        began = time.monotonic()
+        mx.eval(graph)  # pyright: ignore
+        last = time.monotonic() - began
+        note.write("eval returned", seconds=last)
+        if last < LONG_EVAL_SECONDS:  # this machine's speed (and load) sizes the next one
+            steps = int(steps * 1.2 * LONG_EVAL_SECONDS / max(last, 1e-3))
+
+
+def _busy_in_native_code_holding_the_gil(note: RunnerNotes) -> None:
+    """One native call that holds the GIL, with every signal blocked in this thread
+    (as C++ code that masks signals around its work), and returns."""
+    every = signal.valid_signals()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, every)
+    try:
+        note.write("native begun")
+        ctypes.PyDLL(None).usleep(int(GIL_BUSY_SECONDS * 1_000_000))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    note.write("native returned")
+
+
+def _break_the_watchdog() -> None:
+    """The error a test injects: the watchdog (forked from here, so it inherits this)
+    fails as it begins to await the ending."""
+    from exo_orphan_guard.watch import watchdog
+
+    def fail(*args: object) -> NoReturn:
+        raise RuntimeError("injected by the test")
+
+    watchdog._await_the_ending = fail  # pyright: ignore[reportPrivateUsage]
 
 
 def hold_the_gil_in_native_code() -> None:
@@ -224,6 +332,7 @@ def _pr2205_poll() -> None:
 
 
 def run_worker(spec: WorkerSpec) -> None:
+    multiprocessing.set_start_method("spawn", force=True)  # as exo's main does
     if spec["watch"] == "guard":
         from exo_orphan_guard import prepare_worker
 
@@ -254,8 +363,11 @@ def run_worker(spec: WorkerSpec) -> None:
 
 def _worker_end(
     kind: RunnerKind, context: multiprocessing.context.SpawnContext, keep: list[object]
-) -> DupFd | multiprocessing.queues.Queue[bytes] | None:
-    """What only this worker reads from its runner: a pipe it drains, or a queue."""
+) -> WorkerEnd:
+    """What only this worker reads from its runner: a pipe it drains, a queue, or the
+    logger whose enqueued sink it writes out."""
+    if kind == "loguru":
+        return _exos_logger()
     if kind == "queue":
         queue: multiprocessing.queues.Queue[bytes] = context.Queue()
         keep.append(queue)
@@ -268,6 +380,18 @@ def _worker_end(
     os.close(write_end)
     keep.append(shared)
     return shared
+
+
+def _exos_logger() -> Logger:
+    """What exo's `logger_setup(None)` makes: one sink, `enqueue=True` (a queue into a
+    thread of this process), that the runner gets pickled with its arguments."""
+    from loguru import logger
+
+    if not getattr(_exos_logger, "done", False):
+        logger.remove()
+        logger.add(sys.stderr, format="{message}", level="INFO", enqueue=True)
+        _exos_logger.done = True  # pyright: ignore[reportFunctionMemberAccess]
+    return logger
 
 
 def _drain(fd: int) -> None:
