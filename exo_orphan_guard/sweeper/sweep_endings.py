@@ -38,6 +38,34 @@ def patience(
     return waits
 
 
+def waiting_line(
+    target: ProcessIdentity,
+    labels: Mapping[str, str],
+    ending: Ending | None,
+    deadline: float,
+    now: float | None = None,
+    wall: float | None = None,
+) -> str:
+    """One line for a runner a sweep waits for: which, why, until when (local time)."""
+    now = time.monotonic() if now is None else now
+    wall = time.time() if wall is None else wall
+    until = time.strftime("%H:%M:%S", time.localtime(wall + deadline - now))
+    named = " ".join(f"{key}={value}" for key, value in sorted(labels.items()))
+    who = f"runner {target.pid}" + (f" ({named})" if named else "")
+    if ending is not None and ending.event == "busy":
+        since = max(0.0, wall - ending.at)
+        bound = "" if ending.busy_wait is None else f", killed at {ending.busy_wait:g} s"
+        why = (
+            f"busy in native code {since:.0f} s, GIL {ending.gil or 'held or free'}{bound} "
+            "unless it returns, then its grace"
+        )
+    elif ending is not None and ending.event == "begun":
+        why = "ending the clean way (its worker died)"
+    else:
+        why = "its worker died; its watchdog is about to say how it ends"
+    return f"waiting for {who}: {why}; until {until} ({max(0.0, deadline - now):.1f} s)"
+
+
 def with_endings(
     results: Sequence[KillResult],
     verdicts: Sequence[Verdict],

@@ -99,6 +99,8 @@ def sweep(
     any_parent: bool = False,
     all_users: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    wait_for_endings: bool = True,
+    on_wait: Callable[[str], None] | None = None,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -111,8 +113,9 @@ def sweep(
     cannot read.
 
     `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
-    a recorded runner already ending the clean way is first waited for, until its own
-    grace is out.
+    a recorded runner already ending the clean way, or busy in native code, is first
+    waited for, until its watchdog would kill it (`wait_for_endings=False`: not at
+    all); `on_wait` gets one line per such wait, naming the runner, why and until when.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -150,6 +153,7 @@ def sweep(
             target_endings=outcome.target_endings,
         )
 
+    waiting = _Waiting(wait_for_endings, on_wait)
     if dry_run:
         table, verdicts = judge(registry, options, warnings)
         targets = _targets(verdicts)
@@ -163,16 +167,16 @@ def sweep(
             )
         )
     if registry is None:
-        return report(_kill_orphans(None, options, warnings, grace, kill_wait))
+        return report(_kill_orphans(None, options, warnings, (grace, kill_wait), waiting))
     try:
         with registry.locked(lock_timeout) as acquired:
             if not acquired:
                 return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
-            return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+            return report(_kill_orphans(registry, options, warnings, (grace, kill_wait), waiting))
     except LockUnavailableError as error:
         warnings.append(f"{error.strerror}: sweeping without it")
-    return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+    return report(_kill_orphans(registry, options, warnings, (grace, kill_wait), waiting))
 
 
 @final
@@ -187,12 +191,21 @@ class _Outcome:
     )
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """Whether runners ending by themselves are waited for, and who hears of each wait."""
+
+    wait: bool
+    announce: Callable[[str], None] | None
+
+
 def _kill_orphans(
     registry: Registry | None,
     options: SweepOptions,
     warnings: list[str],
-    grace: float,
-    kill_wait: float,
+    bounds: tuple[float, float],
+    waiting: _Waiting,
 ) -> _Outcome:
     """Judge and act; once more if a recorded runner that led its own process group
     went meanwhile, so that what it left in its group is judged on the same records
@@ -208,7 +221,7 @@ def _kill_orphans(
     try:
         for _ in range(_PASSES):
             table, judged = judge(registry, options, warnings)
-            acted = _act(registry, table, judged, grace, kill_wait, journal)
+            acted = _act(registry, table, judged, bounds, journal, waiting)
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
             results.extend(acted)
@@ -306,13 +319,38 @@ def _act(
     registry: Registry | None,
     table: ProcessTable,
     verdicts: Sequence[Verdict],
-    grace: float,
-    kill_wait: float,
+    bounds: tuple[float, float],
     journal: FreezeJournal | None,
+    waiting: _Waiting,
 ) -> list[KillResult]:
+    grace, kill_wait = bounds
     began = time.monotonic()
-    waits = sweep_endings.patience(verdicts, _latest_endings(registry, table.boot_id), began)
-    results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal, waits)
+    first = _latest_endings(registry, table.boot_id)
+    waits = sweep_endings.patience(verdicts, first, began) if waiting.wait else {}
+    announce = waiting.announce
+    labels = {
+        verdict.record.record.identity: verdict.record.record.labels
+        for verdict in verdicts
+        if verdict.record is not None
+    }
+    if announce is not None:
+        for target, deadline in waits.items():
+            announce(
+                sweep_endings.waiting_line(
+                    target, labels.get(target, {}), first.get(target), deadline
+                )
+            )
+
+    def renew(target: ProcessIdentity) -> float | None:
+        recorded = _latest_endings(registry, table.boot_id).get(target)
+        later = endings.recorded_deadline(recorded, time.monotonic())
+        if later is not None and announce is not None:
+            announce(sweep_endings.waiting_line(target, labels.get(target, {}), recorded, later))
+        return later
+
+    results = killing.execute(
+        _targets(verdicts), table.protected, grace, kill_wait, journal, waits, renew
+    )
     # Read again: watchdogs recorded how the runners waited for ended.
     latest = _latest_endings(registry, table.boot_id)
     results = sweep_endings.with_endings(results, verdicts, latest)
