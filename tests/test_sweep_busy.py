@@ -1,7 +1,7 @@
 """Sweeps and runners busy in native code, on real processes: a sweep waits for a busy
 orphan as its watchdog does (and says so, one line naming the runner, why and until
 when), neither killing it early nor waiting past its watchdog's bound; `sweep --now`
-kills at once and warns; `scan` shows the wait."""
+kills at once and warns; `scan` and `doctor` show the wait."""
 
 from __future__ import annotations
 
@@ -122,4 +122,9 @@ def test_scan_shows_a_runner_busy_in_native_code(
     text = capsys.readouterr().out
     assert f"{runner.pid}: ending: busy in native code" in text, text
     assert "GIL held; killed at 60 s unless it returns" in text, text
+    assert cli.main(["doctor", "--json"]) in (0, 1)
+    checks = {check["name"]: check for check in json.loads(capsys.readouterr().out)["checks"]}
+    under_way = checks["endings under way"]
+    assert under_way["status"] == "WARN" and f"pid {runner.pid} busy" in under_way["detail"]
+    assert "sweep --now" in under_way["next"]
     os.kill(runner.pid, 9)
