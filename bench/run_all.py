@@ -21,7 +21,15 @@ import psutil
 
 from exo_orphan_guard.system import settings
 
-from . import cli_startup, group_reform, idle_cost, plot_watch, sweep_cost, watch_latency
+from . import (
+    busy_latency,
+    cli_startup,
+    group_reform,
+    idle_cost,
+    plot_watch,
+    sweep_cost,
+    watch_latency,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -29,7 +37,7 @@ DOCUMENT = ROOT / "docs" / "benchmarks.md"
 WATCH_SAMPLES = RESULTS / "watch-latency.json"
 WATCH_IMAGE = plot_watch.DEFAULT_IMAGE
 
-SECTION_ORDER = ["watch", "idle", "sweep", "cli", "group", "launch"]
+SECTION_ORDER = ["watch", "busy", "idle", "sweep", "cli", "group", "launch"]
 
 INTRO = """# Benchmarks
 
@@ -176,6 +184,25 @@ def cli_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def busy_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    rounds: int = arguments.busy_rounds
+    results = busy_latency.run(rounds, scratch)
+    return "\n".join(
+        [
+            _header(
+                "Runners busy in native code: the call's return to the clean ending",
+                f"python -m bench.run_all --only busy --busy-rounds {rounds}",
+            ),
+            f"{rounds} rounds. {busy_latency.DESCRIPTION} "
+            "Targets: begun within 20 ms (p99) of the return, gone within 150 ms (p99) of "
+            "it; the wedged runner killed at the busy wait within 50 ms. The real `mx.eval` "
+            "case runs in the suite (`tests/test_busy_ending.py`).\n",
+            busy_latency.render(results),
+            "",
+        ]
+    )
+
+
 def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
     del scratch
     trials: int = arguments.group_trials
@@ -243,6 +270,7 @@ def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
 
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
+    "busy": busy_section,
     "idle": idle_section,
     "sweep": sweep_section,
     "cli": cli_section,
@@ -259,6 +287,7 @@ def main() -> None:
     parser.add_argument("--sweep-repetitions", type=int, default=40)
     parser.add_argument("--cli-repetitions", type=int, default=40)
     parser.add_argument("--group-trials", type=int, default=20)
+    parser.add_argument("--busy-rounds", type=int, default=50)
     parser.add_argument("--launch-trials", type=int, default=100)
     parser.add_argument("--hosts-repetitions", type=int, default=20)
     arguments = parser.parse_args()

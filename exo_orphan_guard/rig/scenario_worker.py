@@ -47,6 +47,7 @@ RunnerKind = Literal[
     "mlxloop",
     "mlxbusy",
     "gilbusy",
+    "gilfree",
     "swallow",
     "loguru",
     "faulty",
@@ -68,8 +69,11 @@ nothing (needs mlx). mlxbusy: holds 64 MB in MLX arrays and runs one `mx.eval` o
 at least `LONG_EVAL_SECONDS` (once sized) after another, as exo's prefill and weight loading do
 (needs mlx). gilbusy: native code holding the GIL with every signal blocked that
 returns after `GIL_BUSY_SECONDS`, again and again (a `mx.synchronize()`, a
-`mx.distributed.init()` that connects). swallow: a bare `except:` swallows the first
-WorkerGone, then it sleeps on. loguru: catches WorkerGone and logs more than 1 MiB
+`mx.distributed.init()` that connects). gilfree: one native call after another
+that lets go of the GIL, as `mx.eval` does, each exactly `EOG_NATIVE_SECONDS` long
+(default 2; every signal blocked in it, as a wait that retries on EINTR), for the
+benchmarks: its return time is known to the millisecond. swallow: a bare `except:`
+swallows the first WorkerGone, then it sleeps on. loguru: catches WorkerGone and logs more than 1 MiB
 through a loguru sink with `enqueue=True` that its worker set up (exo's
 `logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
 gone (an injected error)."""
@@ -198,6 +202,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
         _one_long_eval_after_another(note)
     while kind == "gilbusy":
         _busy_in_native_code_holding_the_gil(note)
+    while kind == "gilfree":
+        _busy_in_native_code_letting_go_of_the_gil(note)
     if kind == "swallow":
         try:
             note.write("swallowing")  # ready: from inside the block that swallows
@@ -278,6 +284,17 @@ def _busy_in_native_code_holding_the_gil(note: RunnerNotes) -> None:
     try:
         note.write("native begun")
         ctypes.PyDLL(None).usleep(int(GIL_BUSY_SECONDS * 1_000_000))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    note.write("native returned")
+
+
+def _busy_in_native_code_letting_go_of_the_gil(note: RunnerNotes) -> None:
+    seconds = float(os.environ.get("EOG_NATIVE_SECONDS", "2"))
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        note.write("native begun", seconds=seconds)
+        ctypes.CDLL(None).usleep(int(seconds * 1_000_000))  # CDLL: the GIL is let go
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
     note.write("native returned")
