@@ -65,7 +65,11 @@ class Ended:
         return ending
 
     def busy(self, kind: RunnerKind) -> endings.Ending | None:
-        """The last `busy` line its watchdog wrote, if any."""
+        """The last `busy` line its watchdog wrote, if any (`busy_lines`: all)."""
+        lines = self.busy_lines(kind)
+        return lines[-1] if lines else None
+
+    def busy_lines(self, kind: RunnerKind) -> list[endings.Ending]:
         path = host_directory(self.registry) / endings.ENDINGS_NAME
         identity = self.by_kind[kind]
         lines = [
@@ -73,7 +77,7 @@ class Ended:
             for ending in endings.read(path, system.boot_id())
             if ending.identity == identity and ending.event == "busy"
         ]
-        return lines[-1] if lines else None
+        return lines
 
 
 def _endings(

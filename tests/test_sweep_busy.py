@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
 from exo_orphan_guard.rig.notes import read_notes
-from exo_orphan_guard.rig.scenario_worker import GIL_BUSY_SECONDS
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker

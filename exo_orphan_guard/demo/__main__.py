@@ -21,8 +21,9 @@ from typing import Final
 
 from .. import system
 from ..rig import ring_scenario, scenarios
+from ..rig.native_calls import LONG_EVAL_SECONDS
 from ..rig.notes import read_notes
-from ..rig.scenario_worker import LONG_EVAL_SECONDS, RunnerKind, Watch
+from ..rig.scenario_worker import RunnerKind, Watch
 from ..sweeper import endings
 from ..sweeper.endings import Ending
 from ..sweeper.registry import host_directory

@@ -9,7 +9,6 @@ prints one JSON line describing them once they are armed, then waits to be kille
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import json
@@ -25,11 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.resource_sharer import DupFd
-from typing import TYPE_CHECKING, Final, Literal, NoReturn, TypeAlias, TypedDict, cast
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 
 if TYPE_CHECKING:
     from loguru import Logger
 
+from . import native_calls
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -73,13 +73,11 @@ returns after `GIL_BUSY_SECONDS`, again and again (a `mx.synchronize()`, a
 that lets go of the GIL, as `mx.eval` does, each exactly `EOG_NATIVE_SECONDS` long
 (default 2; every signal blocked in it, as a wait that retries on EINTR), for the
 benchmarks: its return time is known to the millisecond. swallow: a bare `except:`
-swallows the first WorkerGone, then it sleeps on. loguru: catches WorkerGone and logs more than 1 MiB
-through a loguru sink with `enqueue=True` that its worker set up (exo's
-`logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
+swallows the first WorkerGone, then it sleeps on. loguru: catches WorkerGone and
+logs more than 1 MiB through a loguru sink with `enqueue=True` that its worker set up
+(exo's `logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
 gone (an injected error)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
-LONG_EVAL_SECONDS: Final = 3.0
-GIL_BUSY_SECONDS: Final = 1.5
 _LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
 Watch = Literal["guard", "pr2205", "none"]
@@ -138,7 +136,7 @@ def runner_main(
             time.sleep(0.005)
     note = RunnerNotes(notes)
     if kind == "faulty":
-        _break_the_watchdog()
+        native_calls.break_the_watchdog()
     _start_watch(watch)
     try:
         children: list[int] = []
@@ -199,11 +197,11 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
     if kind in ("gil", "deaf", "faulty"):
         hold_the_gil_in_native_code()
     if kind == "mlxbusy":
-        _one_long_eval_after_another(note)
+        native_calls.one_long_eval_after_another(note)
     while kind == "gilbusy":
-        _busy_in_native_code_holding_the_gil(note)
+        native_calls.busy_in_native_code_holding_the_gil(note)
     while kind == "gilfree":
-        _busy_in_native_code_letting_go_of_the_gil(note)
+        native_calls.busy_in_native_code_letting_go_of_the_gil(note)
     if kind == "swallow":
         try:
             note.write("swallowing")  # ready: from inside the block that swallows
@@ -238,77 +236,6 @@ def _loop_over_mlx() -> None:
     step = held[: 2**20]  # pyright: ignore
     while True:
         mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
-
-
-def _one_long_eval_after_another(note: RunnerNotes) -> None:
-    """Each `mx.eval` one graph of matrix products, sized to take `LONG_EVAL_SECONDS`
-    here; MLX lets go of the GIL while it runs."""
-    import mlx.core as mx  # pyright: ignore[reportMissingImports]
-
-    held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
-    base = mx.ones((512, 512)) / 512  # pyright: ignore  # (mx.random would hold its key)
-    mx.eval(held, base)  # pyright: ignore
-    # Registered before the guard's own release (at exit the last registered runs
-    # first): what MLX still holds once the guard has collected and cleared its cache.
-    atexit.register(
-        lambda: note.write(
-            "exit",
-            active=int(mx.get_active_memory()),
-            cache=int(mx.get_cache_memory()),  # pyright: ignore
-        )
-    )
-
-    def product(steps: int) -> object:
-        result = base  # pyright: ignore
-        for _ in range(steps):
-            result = result @ base  # pyright: ignore
-        return result  # pyright: ignore
-
-    steps, last = 8, 0.0
-    while True:
-        graph = product(steps)
-        note.write("eval begun", steps=steps, last=last)
-        began = time.monotonic()
-        mx.eval(graph)  # pyright: ignore
-        last = time.monotonic() - began
-        note.write("eval returned", seconds=last)
-        if last < LONG_EVAL_SECONDS:  # this machine's speed (and load) sizes the next one
-            steps = int(steps * 1.2 * LONG_EVAL_SECONDS / max(last, 1e-3))
-
-
-def _busy_in_native_code_holding_the_gil(note: RunnerNotes) -> None:
-    """One native call that holds the GIL, with every signal blocked in this thread
-    (as C++ code that masks signals around its work), and returns."""
-    every = signal.valid_signals()
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, every)
-    try:
-        note.write("native begun")
-        ctypes.PyDLL(None).usleep(int(GIL_BUSY_SECONDS * 1_000_000))
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-    note.write("native returned")
-
-
-def _busy_in_native_code_letting_go_of_the_gil(note: RunnerNotes) -> None:
-    seconds = float(os.environ.get("EOG_NATIVE_SECONDS", "2"))
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-    try:
-        note.write("native begun", seconds=seconds)
-        ctypes.CDLL(None).usleep(int(seconds * 1_000_000))  # CDLL: the GIL is let go
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-    note.write("native returned")
-
-
-def _break_the_watchdog() -> None:
-    """The error a test injects: the watchdog (forked from here, so it inherits this)
-    fails as it begins to await the ending."""
-    from exo_orphan_guard.watch import watchdog
-
-    def fail(*args: object) -> NoReturn:
-        raise RuntimeError("injected by the test")
-
-    watchdog._await_the_ending = fail  # pyright: ignore[reportPrivateUsage]
 
 
 def hold_the_gil_in_native_code() -> None:
@@ -384,7 +311,7 @@ def _worker_end(
     """What only this worker reads from its runner: a pipe it drains, a queue, or the
     logger whose enqueued sink it writes out."""
     if kind == "loguru":
-        return _exos_logger()
+        return native_calls.exos_logger()
     if kind == "queue":
         queue: multiprocessing.queues.Queue[bytes] = context.Queue()
         keep.append(queue)
@@ -397,18 +324,6 @@ def _worker_end(
     os.close(write_end)
     keep.append(shared)
     return shared
-
-
-def _exos_logger() -> Logger:
-    """What exo's `logger_setup(None)` makes: one sink, `enqueue=True` (a queue into a
-    thread of this process), that the runner gets pickled with its arguments."""
-    from loguru import logger
-
-    if not getattr(_exos_logger, "done", False):
-        logger.remove()
-        logger.add(sys.stderr, format="{message}", level="INFO", enqueue=True)
-        _exos_logger.done = True  # pyright: ignore[reportFunctionMemberAccess]
-    return logger
 
 
 def _drain(fd: int) -> None:

@@ -64,6 +64,7 @@ _CHECK_SECONDS: Final = 0.05
 _SILENCE_SECONDS: Final = 3.5 * HEARTBEAT_SECONDS
 """No heartbeat for this long: the runner's main thread holds the GIL."""
 
+_MAX_BUSY_LINES: Final = 8
 Outcome = Literal["clean", "shut down", "busy", "hanging"]
 Gil = Literal["held", "free"]
 
@@ -180,15 +181,17 @@ class _Watched:
         self.begun_at: float | None = None
         self.sheltered = False
         self.shutting_down = False
-        self.last_beat: float | None = None
+        self.beats: list[float] = []
+        """When the last heartbeats came (a few)."""
         self.last_notice = noticed
         self.recorded_gil: Gil | None = None
+        self.busy_lines = 0
 
     def learn(self, data: bytes, now: float) -> None:
         for byte in data:
             news = bytes((byte,))
             if news == HEARTBEAT:
-                self.last_beat = now
+                self.beats = [*self.beats[-2:], now]
             elif news == BEGUN and self.begun_at is None:
                 self.begun_at = now
             elif news == SHUTTING_DOWN:
@@ -198,8 +201,11 @@ class _Watched:
                 self.last_notice = now  # its own shutdown done: a second before the next
 
     def gil(self, now: float) -> Gil:
-        beat = self.last_beat
-        return "free" if beat is not None and now - beat < _SILENCE_SECONDS else "held"
+        """Free while heartbeats keep coming: two within the silence bound. One alone is
+        the thread slipping in as the main thread comes back to Python (its handler's
+        first bytecodes let the GIL go), which says nothing of the call."""
+        recent = [beat for beat in self.beats if now - beat < _SILENCE_SECONDS]
+        return "free" if len(recent) >= 2 else "held"
 
 
 def _await_the_ending(
@@ -236,13 +242,15 @@ def _note_busy(
     plan: EndingPlan, runner: ProcessIdentity, watched: _Watched, now: float, bound: float
 ) -> None:
     """Past `WEDGE_SECONDS` without a beginning: a `busy` line, again if the GIL state
-    changes. Its deadline is the latest a sweep need wait: the busy wait, then the grace."""
+    changes (a few times at most: a call that flaps must not flood the log). Its
+    deadline is the latest a sweep need wait: the busy wait, then the grace."""
     if now - watched.noticed < WEDGE_SECONDS or bound <= WEDGE_SECONDS:
         return
     gil = watched.gil(now)
-    if gil == watched.recorded_gil:
+    if gil == watched.recorded_gil or watched.busy_lines >= _MAX_BUSY_LINES:
         return
     watched.recorded_gil = gil
+    watched.busy_lines += 1
     if plan.endings_path is not None:
         endings.append(
             plan.endings_path,
