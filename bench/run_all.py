@@ -48,8 +48,11 @@ Nothing here runs on macOS; see `docs/design.md` for what was run where.
 
 Targets, on Linux. The clean ending (what exo runs, `auto` with the default grace):
 begun within p99 20 ms of the worker's SIGKILL, an idle stand-in runner gone by itself
-within p50 150 ms, a runner holding the GIL in native code (wedged) gone within 0.6 s,
-and a real MLX group re-formed within 2.5 s after an orphan inside
+within p50 150 ms, a runner holding the GIL in native code that never returns (wedged,
+with `EXO_ORPHAN_GUARD_BUSY_WAIT=0`) gone within 0.6 s; a runner busy in an N-second
+native call (N = 1, 2, 4) begun within p99 20 ms of the call's return and gone by
+itself within p99 150 ms of it, one that never returns killed at the busy wait within
+50 ms; and a real MLX group re-formed within 2.5 s after an orphan inside
 `mx.distributed.init()`. The mechanisms alone (grace 0, the tree killed at once): a
 runner gone within p99 20 ms when idle and 50 ms when holding the GIL, with no periodic
 wake-ups on the event-driven paths. A registry sweep that costs the same at 2,000
@@ -96,7 +99,9 @@ def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
             "workers are SIGKILLed one at a time in random order. Latency runs from just "
             "before `kill(worker, SIGKILL)` to the runner's pidfd turning readable (a zombie "
             "counts as gone), measured by the benchmark process. The `clean ending` rows run "
-            f"`auto` with the default grace ({settings.DEFAULT_GRACE_SECONDS:g} s), and a "
+            f"`auto` with the default grace ({settings.DEFAULT_GRACE_SECONDS:g} s) and "
+            "`EXO_ORPHAN_GUARD_BUSY_WAIT=0` (their GIL-held runner never returns: killed "
+            "at the old 0.5 s bound; busy runners have their own section), and a "
             "third runner looping over MLX operations (64 MB held, steps of about 2 ms), in "
             "rounds of their own after the others, one worker at a time (an MLX loop keeps "
             "a core busy); their `: begun` rows are when `WorkerGone` was raised on the "
