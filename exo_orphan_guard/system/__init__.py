@@ -63,7 +63,8 @@ def _backed(declared: Callable[P, R]) -> Callable[P, R]:
         from . import backend
 
         found = cast("Callable[P, R]", backend.implementation(name))
-        globals()[name] = found
+        if globals().get(name) is first_call:  # not while a test stands in for it
+            globals()[name] = found
         return found(*args, **kwargs)
 
     return first_call
@@ -166,6 +167,12 @@ def child_pids(pid: int) -> list[Pid]:
 @_backed
 def descendants(pid: int) -> list[Pid]:
     """Children, grandchildren, ...: each pid once, parents before their children."""
+    raise NotImplementedError
+
+
+@_backed
+def process_group(pid: int) -> int | None:
+    """The process group `pid` is in."""
     raise NotImplementedError
 
 

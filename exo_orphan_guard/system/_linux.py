@@ -206,6 +206,14 @@ def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
             yield Pid(int(name)), data
 
 
+def process_group(pid: int) -> int | None:
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return None
+    return None if stat is None else stat.pgrp
+
+
 def group_members(groups: Collection[int]) -> list[Pid]:
     """Processes whose process group is one of `groups`."""
     found: list[Pid] = []
