@@ -18,6 +18,10 @@ Errors, for every call: an answer, never an exception, with one exception.
   calls about one process that answer None for *gone* (`read_start`, `parent_pid`,
   `environment_value`, `process_details`): it means the process exists but cannot be
   read, which no caller may take for gone.
+- `wired_memory`, behind a doctor line that explains itself, answers why macOS's
+  figures could not be read as a string.
+
+psutil is imported nowhere else in the package (a `forbidden` contract, `make lint`).
 """
 
 from __future__ import annotations
