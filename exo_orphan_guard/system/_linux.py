@@ -150,7 +150,7 @@ def is_stopped(pid: int) -> bool | None:
         stat = read_stat(pid)
     except PermissionError:
         return None
-    return stat is not None and stat.state in ("T", "t")
+    return None if stat is None else stat.state in ("T", "t")
 
 
 def pipe_inodes(pid: int) -> frozenset[int] | None:
