@@ -267,4 +267,4 @@ def test_a_lock_changed_after_apply_is_left_alone_by_revert(
     )
     assert (tree / "uv.lock").read_bytes() == edited
     assert (tree / "pyproject.toml").read_bytes() == original_pyproject
-    assert not (tree / uv_project.UNDO_FILE).exists()
+    assert not uv_project.undo_path(tree).exists()

@@ -16,7 +16,7 @@ from exo_orphan_guard.exo.patch_format import (
 )
 from exo_orphan_guard.tools import cli
 
-SERIES = patching.load_series()
+SERIES = [series for series in patching.load_series() if not series.earlier]
 SERIES_NAMES = [series.name for series in SERIES]
 RUNNERS = {
     "main": ("src/exo/worker/runner/runner.py",),
@@ -83,10 +83,12 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
         "src/exo/worker/orphan_guard.py",
         "src/exo/worker/runner/bootstrap.py",
         "src/exo/worker/main.py",
+        "src/exo/worker/plan.py",  # it skips an instance whose ConnectToGroup waits
         patching.SERIES_MARKERS[series.name],  # the supervisor: failure diagnosis
         "pyproject.toml",
         ".github/workflows/build-app.yml",  # the app build syncs the extra
         "justfile",  # so does `just build-app`
+        "packaging/pyinstaller/exo.spec",  # the app bundles the package
         *RUNNERS[series.name],  # their shutdown is not interrupted by the worker's death
     }
     modules = {
@@ -108,7 +110,7 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     applied = snapshot(tmp_path)
     assert applied != original and "src/exo/worker/orphan_guard.py" in applied
     assert b'orphan-guard = ["exo-orphan-guard"]' in applied["pyproject.toml"]
-    assert b"case ConnectToGroup():" in applied["src/exo/worker/main.py"]
+    assert b"case ConnectToGroup() if orphan_guard.guarding():" in applied["src/exo/worker/main.py"]
     assert b"uv sync --locked --extra orphan-guard\n" in applied[".github/workflows/build-app.yml"]
     assert patching.apply(tmp_path) == (status, False)
     assert snapshot(tmp_path) == applied
@@ -244,3 +246,24 @@ def test_no_newline_at_end_of_file_is_kept() -> None:
 def test_malformed_diffs_are_rejected(garbage: bytes) -> None:
     with pytest.raises(PatchFormatError):
         parse_unified_diff(garbage)
+
+
+def test_each_shipped_patch_is_a_format_patch_with_a_subject_and_a_message() -> None:
+    for name in SERIES_NAMES:
+        directory = patching.PATCHES_DIR / name
+        patches = patching.patch_files(directory)
+        assert len(patches) == 7 and (directory / patching.COVER_LETTER).is_file()
+        for number, patch in enumerate(patches, start=1):
+            text = patch.read_text()
+            head, _, _ = text.partition("\n---\n")
+            lines = head.splitlines()
+            assert lines[0].startswith("From ") and lines[1].startswith("From: "), patch
+            subject = next(line for line in lines if line.startswith("Subject: "))
+            assert subject.startswith(f"Subject: [PATCH {number}/7] "), patch
+            body = head.split("\n\n", 1)[1]
+            assert len(body.split()) > 30, f"{patch}: the message says too little"
+
+
+def test_the_earlier_release_series_are_kept_for_revert() -> None:
+    earlier = [series for series in patching.load_series() if series.earlier]
+    assert sorted(series.name for series in earlier) == sorted(SERIES_NAMES)

@@ -154,7 +154,7 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
             )
     elif uv_project.declared_source(_read(tree / PYPROJECT) or b"") is not None:
         say(
-            f"source: no record of what apply changed ({uv_project.UNDO_FILE}): the "
+            f"source: no record of what apply changed ({uv_project.undo_path(tree)}): the "
             "exo-orphan-guard entry in pyproject.toml is left as it is"
         )
     status, changed = patching.revert(tree)
@@ -198,4 +198,4 @@ def _read(path: Path) -> bytes | None:
 
 
 def _write(path: Path, content: bytes) -> None:
-    uv_project.write_atomically(path, content)
+    patching.write_atomically(path, content)
