@@ -159,6 +159,21 @@ def _change(tree: Path, steps: Sequence[tuple[Series, bool]]) -> None:
     _write_all(tree, originals, contents)
 
 
+def chosen_for(tree: Path) -> tuple[str, str]:
+    """(series name, why) for `tree`, by its supervisor file alone: what `export` writes
+    even for a tree the series no longer applies to."""
+    if not (tree / EXO_MARKER).is_file():
+        raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
+    names = [name for name, marker in SERIES_MARKERS.items() if (tree / marker).is_file()]
+    if len(names) != 1:
+        known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
+        raise PatchError(
+            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}"
+        )
+    name = names[0]
+    return name, f"{tree} has {SERIES_MARKERS[name]}, which only exo {name} has"
+
+
 def _series_for(tree: Path, all_series: Sequence[Series]) -> list[Series]:
     """The current series that fits `tree`, then the earlier ones of its version."""
     if not (tree / EXO_MARKER).is_file():

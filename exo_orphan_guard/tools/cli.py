@@ -96,10 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
         "patch",
         help="put the guard's hooks into an exo source tree",
         description="Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or "
-        "nothing to do (a uv lock that failed is a line saying what to run); 2 not an exo "
-        "tree, no series fits, conflicting edits, or a bad --source.",
+        "nothing to do (a uv lock that failed is a line saying what to run); export: 0 "
+        "written; 2 not an exo tree, no series fits, conflicting edits, a bad --source, or "
+        "an --out that cannot be written.",
     )
-    patch.add_argument("action", choices=("check", "apply", "revert"))
+    patch.add_argument("action", choices=("check", "apply", "revert", "export"))
     patch.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
     patch.add_argument(
         "--source",
@@ -110,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     patch.add_argument(
         "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
+    )
+    patch.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="export: where the series goes (default: ./orphan-guard-<series>)",
     )
 
     explain_command = commands.add_parser(
@@ -229,12 +236,15 @@ def _patch(arguments: argparse.Namespace) -> int:
 
     action: patch_command.Action = arguments.action
     source: Path | None = arguments.source
+    out: Path | None = arguments.out
     for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
         if given and action != "apply":
             raise UsageError(f"{flag} is for apply, not {action}")
+    if out is not None and action != "export":
+        raise UsageError(f"--out is for export, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
     try:
-        return patch_command.run(action, tree, source, lock=not arguments.no_lock)
+        return patch_command.run(action, tree, source, lock=not arguments.no_lock, out=out)
     except patch_command.PatchCommandError as error:
         raise UsageError(str(error)) from error
 
