@@ -322,13 +322,15 @@ def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
         assert all(killed.target not in trackers for killed in swept.results)
 
 
-def run_check(script: str, version: str, work: Path, venv_cache: Path) -> dict[str, object]:
+def run_check(
+    script: str, version: str, work: Path, venv_cache: Path, *options: str
+) -> dict[str, object]:
     """Run one of tests/exo_support's checks in a patched exo tree; its JSON verdict."""
     tree = exo_tree(work, version, patched=True)
     venv = exo_venv(tree, venv_cache)
     with tempfile.TemporaryDirectory(prefix="eog-exo-check-") as scratch:
         completed = subprocess.run(
-            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version],
+            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version, *options],
             cwd=tree,
             env=exo_environment(Path(scratch), guard=True),
             capture_output=True,
@@ -355,6 +357,26 @@ def test_connect_to_group_sweeps_through_exos_real_worker(
         "orphan_killed": True,
         "own_runner_alive": True,
         "sweep_before_forward": True,
+    }
+
+
+@versions
+@pytest.mark.machine_wide
+def test_the_workers_plan_loop_is_not_stalled_while_an_orphan_is_waited_for(
+    version: str, work: Path, venv_cache: Path
+) -> None:
+    """A leftover runner ending cleanly is waited for before ConnectToGroup; meanwhile
+    exo's real plan_step serves another instance (LoadModel), and the ConnectToGroup
+    starts once, after the orphan is gone. With the earlier release's patch (the sweep
+    awaited inside plan_step) LoadModel came only after the orphan was gone."""
+    result = run_check("connect_to_group_check.py", version, work, venv_cache, "--busy-orphan")
+    assert result == {
+        **result,
+        "connect_to_group_forwarded": True,
+        "orphan_killed": True,
+        "sweep_before_forward": True,
+        "connect_to_group_once": True,
+        "other_instance_served_while_waiting": True,
     }
 
 
