@@ -12,6 +12,7 @@ Each test works on throw-away copies of exo at the two supported commits, in Pyt
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -116,11 +117,14 @@ def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
         pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
     venv = Path(built.stdout.strip().splitlines()[-1])
     # exo_orphan_guard from this checkout, and nothing else of it (no `tests` package
-    # to shadow exo's); psutil, anyio and loguru are exo's own dependencies.
-    path_dir = cache / "exo-orphan-guard-path"
+    # to shadow exo's); psutil, anyio and loguru are exo's own dependencies. One
+    # directory per checkout: checkouts that share a cache must not share a link.
+    key = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
+    path_dir = cache / "exo-orphan-guard-path" / key
     path_dir.mkdir(parents=True, exist_ok=True)
     link = path_dir / "exo_orphan_guard"
-    if not link.is_symlink():
+    if not link.is_symlink() or link.resolve() != (REPO / "exo_orphan_guard").resolve():
+        link.unlink(missing_ok=True)
         link.symlink_to(REPO / "exo_orphan_guard")
     (site_packages,) = venv.glob("lib/python3.*/site-packages")
     (site_packages / "exo_orphan_guard_checkout.pth").write_text(f"{path_dir}\n")
