@@ -19,7 +19,7 @@ import pytest
 
 from exo_orphan_guard.exo import patching
 
-from .test_exo_integration import COMMITS, REPO, _exo_src, _mlx_lm_src
+from .test_exo_integration import COMMITS, REPO, exo_src, mlx_lm_src
 
 RUFF = "ruff==0.14.11"
 BASEDPYRIGHT = "basedpyright==1.37.1"
@@ -47,7 +47,7 @@ def pristine(root: Path, version: str) -> Path:
     tree = root / version
     tree.mkdir(parents=True)
     archive = subprocess.run(
-        ["git", "-C", str(_exo_src()), "archive", COMMITS[version]],
+        ["git", "-C", str(exo_src()), "archive", COMMITS[version]],
         capture_output=True,
         check=True,
     )
@@ -73,7 +73,7 @@ def changed_python_files(series: patching.Series) -> list[str]:
 def exo_python(tree: Path, venv_cache: Path) -> Path:
     command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(venv_cache)]
     built = subprocess.run(
-        [*command, "--runner", str(_mlx_lm_src())],
+        [*command, "--runner", str(mlx_lm_src())],
         capture_output=True,
         text=True,
         check=False,

@@ -61,7 +61,7 @@ pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reaso
 versions = pytest.mark.parametrize("version", list(COMMITS))
 
 
-def _exo_src() -> Path:
+def exo_src() -> Path:
     value = os.environ.get("EXO_SRC", "").strip()
     if not value:
         pytest.skip(
@@ -73,7 +73,7 @@ def _exo_src() -> Path:
     return path
 
 
-def _mlx_lm_src() -> Path:
+def mlx_lm_src() -> Path:
     value = os.environ.get("MLX_LM_SRC", "").strip()
     if not value:
         pytest.skip(f"MLX_LM_SRC is not set, so exo's runner cannot load: {HOW_TO_RUN}")
@@ -92,7 +92,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
     """A fresh copy of exo at `version`'s commit; with the series applied if asked."""
-    source = _exo_src()
+    source = exo_src()
     target = work / f"{version}-{'patched' if patched else 'pristine'}"
     if not target.exists():
         target.mkdir()
@@ -111,7 +111,7 @@ def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
 def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
     command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(cache)]
     if runner:
-        command += ["--runner", str(_mlx_lm_src())]
+        command += ["--runner", str(mlx_lm_src())]
     built = subprocess.run(command, capture_output=True, text=True, check=False)
     if built.returncode != 0:
         pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
@@ -381,6 +381,7 @@ def test_the_workers_plan_loop_is_not_stalled_while_an_orphan_is_waited_for(
         "sweep_before_forward": True,
         "connect_to_group_once": True,
         "other_instance_served_while_waiting": True,
+        "wait_logged": True,
     }
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from .helpers.dist import built_dist
-from .test_exo_integration import COMMITS, _exo_src  # pyright: ignore[reportPrivateUsage]
+from .test_exo_integration import COMMITS, exo_src  # pyright: ignore[reportPrivateUsage]
 
 UV = Path(sys.executable).parent / "uv"
 
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reaso
 
 def real_exo(root: Path, version: str) -> Path:
     archive = subprocess.run(
-        ["git", "-C", str(_exo_src()), "archive", COMMITS[version]],
+        ["git", "-C", str(exo_src()), "archive", COMMITS[version]],
         capture_output=True,
         check=True,
     )

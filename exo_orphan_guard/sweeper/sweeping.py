@@ -99,6 +99,7 @@ def sweep(
     any_parent: bool = False,
     all_users: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    on_wait: Callable[[str], None] | None = None,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -112,7 +113,7 @@ def sweep(
 
     `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
     a recorded runner already ending the clean way is first waited for, until its own
-    grace is out.
+    grace is out; `on_wait` gets one line for each, saying which, why and until when.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -163,16 +164,16 @@ def sweep(
             )
         )
     if registry is None:
-        return report(_kill_orphans(None, options, warnings, grace, kill_wait))
+        return report(_kill_orphans(None, options, warnings, grace, kill_wait, on_wait))
     try:
         with registry.locked(lock_timeout) as acquired:
             if not acquired:
                 return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
-            return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+            return report(_kill_orphans(registry, options, warnings, grace, kill_wait, on_wait))
     except LockUnavailableError as error:
         warnings.append(f"{error.strerror}: sweeping without it")
-    return report(_kill_orphans(registry, options, warnings, grace, kill_wait))
+    return report(_kill_orphans(registry, options, warnings, grace, kill_wait, on_wait))
 
 
 @final
@@ -193,6 +194,7 @@ def _kill_orphans(
     warnings: list[str],
     grace: float,
     kill_wait: float,
+    on_wait: Callable[[str], None] | None,
 ) -> _Outcome:
     """Judge and act; once more if a recorded runner that led its own process group
     went meanwhile, so that what it left in its group is judged on the same records
@@ -208,7 +210,7 @@ def _kill_orphans(
     try:
         for _ in range(_PASSES):
             table, judged = judge(registry, options, warnings)
-            acted = _act(registry, table, judged, grace, kill_wait, journal)
+            acted = _act(registry, table, judged, grace, kill_wait, journal, on_wait)
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
             results.extend(acted)
@@ -309,9 +311,14 @@ def _act(
     grace: float,
     kill_wait: float,
     journal: FreezeJournal | None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> list[KillResult]:
     began = time.monotonic()
-    waits = sweep_endings.patience(verdicts, _latest_endings(registry, table.boot_id), began)
+    before = _latest_endings(registry, table.boot_id)
+    waits = sweep_endings.patience(verdicts, before, began)
+    if on_wait is not None:
+        for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
+            on_wait(line)
     results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal, waits)
     # Read again: watchdogs recorded how the runners waited for ended.
     latest = _latest_endings(registry, table.boot_id)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -61,6 +62,12 @@ from typing import Any
 VERSIONS = ("main", "v1.0.71")
 SLEEPER = "import time; time.sleep(600)"
 SPAWN_FLAG = "--multiprocessing-fork"
+WARM_UP = (
+    "exo.worker.main",
+    "exo.worker.tests.unittests.conftest",
+    "exo_orphan_guard.exo.worker",
+    "exo_orphan_guard.sweeper.sweeping",
+)
 
 
 def note(message: str) -> None:
@@ -318,8 +325,13 @@ def check(version: str, timeout: float, busy: bool = False) -> dict[str, Any]:
         "version": version,
     }
     if busy:
-        result.update(connect_to_group_once=False, other_instance_served_while_waiting=False)
+        result.update(
+            connect_to_group_once=False,
+            other_instance_served_while_waiting=False,
+            wait_logged=False,
+        )
     scenario: Any = None
+    logged: list[str] = []
     scratch = Path(tempfile.mkdtemp(prefix="exo-ctg-check-"))
     planted: list[Planted] = []
     try:
@@ -329,12 +341,11 @@ def check(version: str, timeout: float, busy: bool = False) -> dict[str, Any]:
         report_guard_wiring()
         if busy:
             # Its ending lasts about a second: nothing slow (imports) may come after.
-            import exo.worker.main
-            import exo.worker.tests.unittests.conftest  # noqa: F401
+            for module in WARM_UP:
+                importlib.import_module(module)
+            from loguru import logger
 
-            import exo_orphan_guard.exo.worker
-            import exo_orphan_guard.sweeper.sweeping  # noqa: F401
-
+            logger.add(lambda message: logged.append(str(message)), level="INFO")
             orphan, scenario = start_busy_orphan()
         else:
             orphan = start_orphan()
@@ -367,6 +378,9 @@ def check(version: str, timeout: float, busy: bool = False) -> dict[str, Any]:
             result["connect_to_group_once"] = len(forwarded) == 1
             loads = [entry for entry in fake.received if isinstance(entry[0], LoadModel)]
             result["other_instance_served_while_waiting"] = bool(loads) and loads[0][2]
+            waits = [line for line in logged if f"waiting for runner {orphan.pid} " in line]
+            result["wait_logged"] = len(waits) == 1 and " until " in waits[0]
+            note(f"logged: {waits}")
             for task, at, alive in fake.received:
                 note(f"{type(task).__name__} at {at - started:.2f} s, orphan alive: {alive}")
         return result
