@@ -3,6 +3,8 @@ own pre-image lines (what each hunk expects to find), with filler in between."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,3 +269,29 @@ def test_each_shipped_patch_is_a_format_patch_with_a_subject_and_a_message() -> 
 def test_the_earlier_release_series_are_kept_for_revert() -> None:
     earlier = [series for series in patching.load_series() if series.earlier]
     assert sorted(series.name for series in earlier) == sorted(SERIES_NAMES)
+
+
+@pytest.mark.parametrize("name", SERIES_NAMES)
+def test_the_hooks_module_passes_ruff_with_exos_rules(tmp_path: Path, name: str) -> None:
+    """The cheap part of tests/test_exo_checks.py: the module the series creates, as it
+    ends up, under exo's ruff rules (this checkout's ruff, not exo's 0.14.11)."""
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.skip(f"no ruff beside {sys.executable}")
+    series = next(s for s in SERIES if s.name == name)
+    build_tree(tmp_path / "exo", series)
+    patching.apply(tmp_path / "exo", SERIES)
+    module = tmp_path / "exo" / "src" / "exo" / "worker" / "orphan_guard.py"
+    (tmp_path / "exo" / "pyproject.toml").write_text(
+        '[tool.ruff.lint]\nextend-select = ["I", "N", "B", "A", "PIE", "SIM"]\n'
+        '[tool.ruff.lint.isort]\nknown-first-party = ["exo"]\n'
+    )
+    for command in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [str(ruff), *command, "--no-cache", str(module)],
+            cwd=tmp_path / "exo",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
