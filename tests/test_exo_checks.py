@@ -10,6 +10,8 @@ The tools go into a venv of their own under .cache/exo-tools (pip, once).
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.exo import patching
+from exo_orphan_guard.exo import patching, uv_project
 
 from .test_exo_integration import COMMITS, REPO, exo_src, mlx_lm_src
 
@@ -191,3 +193,57 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
         ).stdout
         == ""
     )
+
+
+def patch_as_release_0_1_0_did(tree: Path, version: str) -> None:
+    """The earlier release's bare diffs and `--source`, its undo record in the tree."""
+    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
+    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
+    pyproject = (tree / uv_project.PYPROJECT).read_bytes()
+    updated = uv_project.with_source(pyproject, uv_project.validate_source(REPO))
+    (tree / uv_project.PYPROJECT).write_bytes(updated)
+    record = {
+        uv_project.PYPROJECT: {
+            "before": base64.b64encode(pyproject).decode(),
+            "after_sha256": uv_project.digest(updated),
+        }
+    }
+    (tree / uv_project.LEGACY_UNDO_FILE).write_text(json.dumps(record))
+
+
+def git_status(tree: Path) -> list[str]:
+    return subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+
+
+@versions
+def test_a_tree_release_0_1_0_patched_is_reverted_or_upgraded(version: str, tmp_path: Path) -> None:
+    from exo_orphan_guard.exo import patch_command
+
+    reverted = pristine(tmp_path / "revert", version)
+    original = files_of(reverted)
+    patch_as_release_0_1_0_did(reverted, version)
+    lines: list[str] = []
+    assert patch_command.run("check", reverted, None, say=lines.append) == 0
+    assert lines[0].startswith(f"series {version} (an earlier release's) fits")
+    patch_command.run("revert", reverted, None, say=lines.append)
+    assert files_of(reverted) == original and git_status(reverted) == []
+
+    upgraded = pristine(tmp_path / "upgrade", version)
+    fresh = pristine(tmp_path / "fresh", version)
+    patch_as_release_0_1_0_did(upgraded, version)
+    patch_command.run("apply", upgraded, None, lock=False, say=lines.append)
+    patching.apply(fresh)
+    without_sources = {
+        path: content for path, content in files_of(upgraded).items() if path != "pyproject.toml"
+    }
+    assert without_sources == {
+        path: content for path, content in files_of(fresh).items() if path != "pyproject.toml"
+    }
+    assert not (upgraded / uv_project.LEGACY_UNDO_FILE).exists()
+    patch_command.run("revert", upgraded, None, say=lines.append)
+    assert files_of(upgraded) == original and git_status(upgraded) == [], lines

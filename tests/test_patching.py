@@ -295,3 +295,43 @@ def test_the_hooks_module_passes_ruff_with_exos_rules(tmp_path: Path, name: str)
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+EARLIER = {series.name: series for series in patching.load_series() if series.earlier}
+
+
+def test_a_tree_an_earlier_release_patched_is_named_and_reverted_byte_for_byte(
+    tmp_path: Path, series: patching.Series, capsys: pytest.CaptureFixture[str]
+) -> None:
+    earlier = EARLIER[series.name]
+    original = build_tree(tmp_path, earlier)
+    patching._change(tmp_path, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
+    status = patching.check(tmp_path)
+    assert status.series == earlier and status.state == "applied"
+    assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line == f"series {series.name} (an earlier release's) fits {tmp_path}: applied"
+    status, changed = patching.revert(tmp_path)
+    assert changed and status.series == earlier
+    assert snapshot(tmp_path) == original
+
+
+def test_export_writes_the_series_and_its_cover_letter_and_says_why(
+    tmp_path: Path, series: patching.Series, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = tmp_path / "exo"
+    build_tree(tree, series)
+    out = tmp_path / "out"
+    assert cli.main(["patch", "export", "--exo", str(tree), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marker = patching.SERIES_MARKERS[series.name]
+    assert (
+        lines[0] == f"series {series.name}: {tree} has {marker}, which only exo {series.name} has"
+    )
+    assert lines[1] == f"state in {tree}: not applied (series {series.name})"
+    directory = patching.PATCHES_DIR / series.name
+    written = sorted(path.name for path in out.iterdir())
+    assert written == sorted(path.name for path in directory.glob("*.patch"))
+    assert all((out / name).read_bytes() == (directory / name).read_bytes() for name in written)
+    assert cli.main(["patch", "apply", "--exo", str(tree), "--out", str(out)]) == 2
+    assert "--out is for export" in capsys.readouterr().err
