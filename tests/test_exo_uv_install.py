@@ -115,6 +115,7 @@ def uv_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         UV_PYTHON_DOWNLOADS="never",
     )
     environment.pop("VIRTUAL_ENV", None)
+    environment["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))  # undo records
     return environment
 
 
@@ -236,7 +237,7 @@ def test_without_a_source_apply_says_what_to_run_and_the_lock_failure_in_one_lin
     applied = cli(uv_environment, "patch", "apply", "--exo", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     series, source, lock = applied.stdout.splitlines()
-    assert series.startswith("series v1.0.71 (9 files) applied")
+    assert series.startswith("series v1.0.71 (11 files) applied")
     assert "resolves only once exo-orphan-guard is on your package index" in source
     assert f"exo-orphan-guard patch apply --exo {tree} --source " in source
     assert lock.startswith("uv.lock: uv lock failed, the patch stays applied: error: ")

@@ -66,6 +66,7 @@ def uv_environment(cache: Path) -> dict[str, str]:
     if python313 is not None:
         environment["UV_PYTHON"] = python313
     environment.pop("VIRTUAL_ENV", None)
+    environment["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"]  # this test's own
     return environment
 
 
