@@ -17,7 +17,6 @@ from exo_orphan_guard.tools import cli
 from .test_patching import build_tree, snapshot
 
 SERIES = next(series for series in patching.load_series() if series.name == "main")
-NEW_FILE = "src/exo/worker/orphan_guard.py"
 GIT = shutil.which("git") or "git"  # found before no_uv empties PATH
 PYPROJECT = b"""[project]
 name = "exo"
@@ -240,7 +239,8 @@ def test_the_undo_record_of_a_git_checkout_is_in_its_git_directory_and_git_statu
         text=True,
     ).stdout.splitlines()
     changed = {line[3:] for line in status}
-    assert all(line.startswith((" M", "M ")) for line in status if line[3:] != NEW_FILE), status
+    created = {diff.path for _, diff in SERIES.diffs if diff.old_path is None}
+    assert all(line.startswith((" M", "M ")) for line in status if line[3:] not in created), status
     assert changed <= {*SERIES.files, "pyproject.toml"}
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
     assert code == 0 and out[0] == "source: exo-orphan-guard entry removed"

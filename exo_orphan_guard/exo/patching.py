@@ -257,6 +257,7 @@ def _write_one(target: Path, content: bytes | None) -> None:
     if content is None:
         target.unlink(missing_ok=True)
     else:
+        target.parent.mkdir(parents=True, exist_ok=True)  # a file the series creates
         write_atomically(target, content)
 
 
