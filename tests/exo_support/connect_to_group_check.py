@@ -304,9 +304,13 @@ def start_busy_orphan() -> tuple[Planted, Any]:
     """A guarded runner whose worker was killed while it was ending the clean way (a
     Shutdown under way): the sweep waits for it, up to its grace, and never signals it."""
     from exo_orphan_guard.rig import scenarios
+    from exo_orphan_guard.rig.scenario_worker import SHUTDOWN_SECONDS_ENV
 
     registry = Path(os.environ["EXO_ORPHAN_GUARD_DIR"])
-    started = scenarios.start_worker(["shutdown"], registry=registry)
+    # Three seconds of shutdown: long enough that the wait is seen on a loaded machine.
+    started = scenarios.start_worker(
+        ["shutdown"], registry=registry, extra_env={SHUTDOWN_SECONDS_ENV: "3"}
+    )
     scenarios.ask_to_shut_down(started)
     time.sleep(0.2)  # inside its ending_cleanly() by now
     scenarios.kill_worker(started)
@@ -340,7 +344,7 @@ def check(version: str, timeout: float, busy: bool = False) -> dict[str, Any]:
 
         report_guard_wiring()
         if busy:
-            # Its ending lasts about a second: nothing slow (imports) may come after.
+            # Its ending lasts seconds: nothing slow (imports) may come after it starts.
             for module in WARM_UP:
                 importlib.import_module(module)
             from loguru import logger
