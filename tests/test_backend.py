@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -119,3 +120,27 @@ print(system.BACKEND, sorted(int(fd) for fd in os.listdir("/dev/fd")))
         # What is left: stdio, and the listing's own fd.
         name, fds = completed.stdout.split(" ", 1)
         assert json.loads(fds) == [0, 1, 2, 3], (name, fds)
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin", "portable"])
+def test_every_backend_answers_every_call_as_declared(platform: str) -> None:
+    """`system` names each call once; each backend's chain must answer all of them, and
+    take the declared parameters (a module may add its own, with defaults, for tests)."""
+    from exo_orphan_guard.system import _darwin, _linux, _posix, backend
+
+    chain = {"linux": (_linux, _posix), "darwin": (_darwin, _posix), "portable": (_posix,)}
+    for name, declared in system.interface().items():
+        found = backend.implementation(name, chain[platform])
+        wanted = list(inspect.signature(declared).parameters)
+        parameters = list(inspect.signature(found).parameters.values())
+        assert [parameter.name for parameter in parameters[: len(wanted)]] == wanted, name
+        extra = parameters[len(wanted) :]
+        assert all(parameter.default is not inspect.Parameter.empty for parameter in extra), name
+
+
+def test_psutil_status_words_are_the_snapshots() -> None:
+    import psutil
+
+    from exo_orphan_guard.system import process_facts
+
+    assert (process_facts.ZOMBIE, process_facts.DEAD) == (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)

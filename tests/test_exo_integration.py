@@ -32,9 +32,9 @@ import pytest
 
 from exo_orphan_guard import system
 from exo_orphan_guard.exo import patching
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper import endings
-from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.sweeper.registry import (
+from exo_orphan_guard.records.registry import (
     MAX_RECORD_BYTES,
     Registry,
     RunnerRecord,

@@ -12,10 +12,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..records import endings
+from ..records.endings import Ending, How
 from ..system.identity import ProcessIdentity
 from ..system.settings import WEDGE_SECONDS
-from . import endings
-from .endings import Ending, How
 from .killing import KillResult
 from .verdicts import Verdict
 

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar, final
 
+from ..records import endings
+from ..records.freeze_journal import FreezeJournal, thaw_abandoned
+from ..records.registry import LoadedRecord, LockUnavailableError, Registry
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, liveness
 from ..system.process_facts import Pid
-from . import endings, killing, process_table, sweep_endings
-from .freeze_journal import FreezeJournal, thaw_abandoned
+from . import killing, process_table, sweep_endings
 from .killing import KillResult
 from .process_table import ProcessTable
-from .registry import LoadedRecord, LockUnavailableError, Registry
 from .verdicts import SweepOptions, Verdict, decide
 
 P = ParamSpec("P")
@@ -32,6 +33,25 @@ R = TypeVar("R")
 DEFAULT_KILL_WAIT_SECONDS: Final = 2.0
 DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 15.0
 _PASSES: Final = 2
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SweepRequest:
+    """What one sweep was asked to do, checked (`sweep`) and passed along whole."""
+
+    options: SweepOptions
+    """What to judge a target."""
+    dry_run: bool
+    registry_dir: Path | None
+    """None: EXO_ORPHAN_GUARD_DIR, else ~/.exo/orphan-guard."""
+    grace: float
+    """Seconds between SIGTERM and SIGKILL."""
+    kill_wait: float
+    """Seconds to wait for a SIGKILLed process to be gone."""
+    lock_timeout: float
+    on_wait: Callable[[str], None] | None = None
+    """Told one line for each runner the sweep waits for: which, why, until when."""
 
 
 @final
@@ -126,8 +146,13 @@ def sweep(
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
-    path = registry_dir if registry_dir is not None else settings.registry_dir()
-    registry, problem = Registry.open(path, create=not dry_run)
+    request = SweepRequest(options, dry_run, registry_dir, grace, kill_wait, lock_timeout, on_wait)
+    return _run(request, warnings, started)
+
+
+def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepReport:
+    path = request.registry_dir if request.registry_dir is not None else settings.registry_dir()
+    registry, problem = Registry.open(path, create=not request.dry_run)
     if problem is not None:
         warnings.append(problem)
 
@@ -136,7 +161,7 @@ def sweep(
             verdicts=outcome.verdicts,
             results=outcome.results,
             warnings=tuple(warnings),
-            dry_run=dry_run,
+            dry_run=request.dry_run,
             registry=None if registry is None else registry.path,
             elapsed_seconds=time.monotonic() - started,
             lock_acquired=locked,
@@ -151,8 +176,8 @@ def sweep(
             target_endings=outcome.target_endings,
         )
 
-    if dry_run:
-        table, verdicts = judge(registry, options, warnings)
+    if request.dry_run:
+        table, verdicts = judge(registry, request.options, warnings)
         targets = _targets(verdicts)
         latest = _latest_endings(registry, table.boot_id)
         return report(
@@ -164,16 +189,16 @@ def sweep(
             )
         )
     if registry is None:
-        return report(_kill_orphans(None, options, warnings, grace, kill_wait, on_wait))
+        return report(_kill_orphans(None, request, warnings))
     try:
-        with registry.locked(lock_timeout) as acquired:
+        with registry.locked(request.lock_timeout) as acquired:
             if not acquired:
                 return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
-            return report(_kill_orphans(registry, options, warnings, grace, kill_wait, on_wait))
+            return report(_kill_orphans(registry, request, warnings))
     except LockUnavailableError as error:
         warnings.append(f"{error.strerror}: sweeping without it")
-    return report(_kill_orphans(registry, options, warnings, grace, kill_wait, on_wait))
+    return report(_kill_orphans(registry, request, warnings))
 
 
 @final
@@ -189,12 +214,7 @@ class _Outcome:
 
 
 def _kill_orphans(
-    registry: Registry | None,
-    options: SweepOptions,
-    warnings: list[str],
-    grace: float,
-    kill_wait: float,
-    on_wait: Callable[[str], None] | None,
+    registry: Registry | None, request: SweepRequest, warnings: list[str]
 ) -> _Outcome:
     """Judge and act; once more if a recorded runner that led its own process group
     went meanwhile, so that what it left in its group is judged on the same records
@@ -209,8 +229,8 @@ def _kill_orphans(
     results: list[KillResult] = []
     try:
         for _ in range(_PASSES):
-            table, judged = judge(registry, options, warnings)
-            acted = _act(registry, table, judged, grace, kill_wait, journal, on_wait)
+            table, judged = judge(registry, request.options, warnings)
+            acted = _act(registry, table, judged, request, journal)
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
             results.extend(acted)
@@ -308,18 +328,18 @@ def _act(
     registry: Registry | None,
     table: ProcessTable,
     verdicts: Sequence[Verdict],
-    grace: float,
-    kill_wait: float,
+    request: SweepRequest,
     journal: FreezeJournal | None,
-    on_wait: Callable[[str], None] | None = None,
 ) -> list[KillResult]:
     began = time.monotonic()
     before = _latest_endings(registry, table.boot_id)
     waits = sweep_endings.patience(verdicts, before, began)
-    if on_wait is not None:
+    if request.on_wait is not None:
         for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
-            on_wait(line)
-    results = killing.execute(_targets(verdicts), table.protected, grace, kill_wait, journal, waits)
+            request.on_wait(line)
+    results = killing.execute(
+        _targets(verdicts), table.protected, request.grace, request.kill_wait, journal, waits
+    )
     # Read again: watchdogs recorded how the runners waited for ended.
     latest = _latest_endings(registry, table.boot_id)
     results = sweep_endings.with_endings(results, verdicts, latest)

@@ -34,7 +34,7 @@ from typing import Final, final
 from loguru import logger
 
 from .. import system
-from ..sweeper import endings
+from ..records import endings
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once

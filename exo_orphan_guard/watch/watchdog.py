@@ -7,7 +7,7 @@ it can wait on the worker and end the runner whatever the runner is doing.
 When the worker dies it notices the runner (`NOTICE_SIGNAL`) and bounds its clean
 ending: a runner that has not begun it within `WEDGE_SECONDS` is wedged, one that has
 not exited within its grace is hanging; either is killed with its group. A runner
-that exits in time ended cleanly. Each ending is recorded (`sweeper.endings`). With
+that exits in time ended cleanly. Each ending is recorded (`records.endings`). With
 no clean ending (grace 0) it kills the group at once, as the only way.
 
 It is forked, not spawned: no interpreter start-up, nothing to find on disk, and it
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, NoReturn, final
 
 from .. import system
-from ..sweeper import endings
-from ..sweeper.endings import Ending
+from ..records import endings
+from ..records.endings import Ending
 from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 from ..system.settings import WEDGE_SECONDS
