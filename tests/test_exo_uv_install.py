@@ -192,9 +192,10 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
 
     checked = cli(uv_environment, "patch", "check", "--exo", str(tree))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    _, source_line, lock_line = checked.stdout.splitlines()
+    _, source_line, lock_line, undo_line = checked.stdout.splitlines()
     assert source_line == f"source: {source}"
     assert lock_line.startswith("uv.lock: current (Resolved ")
+    assert undo_line.startswith("undo record: ")
 
     # exo's app build step, as the series patches it.
     uv(tree, uv_environment, "sync", "--locked", "--extra", "orphan-guard")

@@ -91,7 +91,14 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()
 
     code, out, _ = run(capsys, "patch", "check", "--exo", str(tree))
-    assert (code, out[1:]) == (0, [f"source: {wheel}", "uv.lock: not checked (uv is not on PATH)"])
+    assert (code, out[1:]) == (
+        0,
+        [
+            f"source: {wheel}",
+            "uv.lock: not checked (uv is not on PATH)",
+            f"undo record: {uv_project.undo_path(tree)} (what revert puts back)",
+        ],
+    )
 
     (tree / "uv.lock").write_bytes(b"version = 1\n# what uv lock would have written\n")
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
@@ -268,6 +275,7 @@ def test_a_record_left_in_the_tree_by_an_earlier_release_is_read_and_moved_out(
     uv_project.undo_path(tree).rename(tree / uv_project.LEGACY_UNDO_FILE)
     code, out, _ = run(capsys, "patch", "check", "--exo", str(tree))
     assert code == 0
+    assert out[-1] == f"undo record: {tree / uv_project.LEGACY_UNDO_FILE} (what revert puts back)"
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
     assert (code, out[0]) == (0, "source: exo-orphan-guard entry removed")
     assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()

@@ -72,6 +72,8 @@ def _check(tree: Path, say: Callable[[str], None]) -> int:
         say(f"source: {declared}")
     state, line = uv_project.lock_state(tree, uv_project.find_uv())
     say(_lock_check_line(tree, state, line))
+    if (record := uv_project.undo_record(tree)) is not None:
+        say(f"undo record: {record} (what revert puts back)")
     return EXIT_OK if status.state == "applied" else EXIT_LEFT
 
 

@@ -185,6 +185,14 @@ def undo_path(tree: Path) -> Path:
     return base / PACKAGE / "undo" / f"{key}.json"
 
 
+def undo_record(tree: Path) -> Path | None:
+    """The record apply left for `tree`, where it is (an earlier release's too)."""
+    for path in (undo_path(tree), tree / LEGACY_UNDO_FILE):
+        if path.is_file():
+            return path
+    return None
+
+
 def read_undo(tree: Path) -> dict[str, Saved]:
     """The record apply left (where an earlier release left it, too); empty if there
     is none or it is unreadable (then revert leaves both files as they are and says
