@@ -47,7 +47,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No test reads the developer's toggles or writes to ~/.exo."""
+    """No test reads the developer's toggles or writes to ~/.exo, or keeps an undo
+    record of `patch apply` in the developer's state directory."""
     for name in (
         settings.TOGGLE_ENV,
         settings.STRATEGY_ENV,
@@ -62,6 +63,7 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
     # `deaf`): wedged by construction, ended at the old 0.5 s bound. The tests of the
     # busy wait set their own (tests/test_busy_ending.py, tests/test_sweep_busy.py).
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, "0")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return registry
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -119,3 +120,59 @@ print(system.BACKEND, sorted(int(fd) for fd in os.listdir("/dev/fd")))
         # What is left: stdio, and the listing's own fd.
         name, fds = completed.stdout.split(" ", 1)
         assert json.loads(fds) == [0, 1, 2, 3], (name, fds)
+
+
+@pytest.mark.parametrize("platform", ["linux", "darwin", "portable"])
+def test_every_backend_answers_every_call_as_declared(platform: str) -> None:
+    """`system` names each call once; each backend's chain must answer all of them, and
+    take the declared parameters (a module may add its own, with defaults, for tests)."""
+    from exo_orphan_guard.system import _darwin, _linux, _posix, backend
+
+    chain = {"linux": (_linux, _posix), "darwin": (_darwin, _posix), "portable": (_posix,)}
+    for name, declared in system.interface().items():
+        found = backend.implementation(name, chain[platform])
+        wanted = list(inspect.signature(declared).parameters)
+        parameters = list(inspect.signature(found).parameters.values())
+        assert [parameter.name for parameter in parameters[: len(wanted)]] == wanted, name
+        extra = parameters[len(wanted) :]
+        assert all(parameter.default is not inspect.Parameter.empty for parameter in extra), name
+
+
+def test_psutil_status_words_are_the_snapshots() -> None:
+    import psutil
+
+    from exo_orphan_guard.system import process_facts
+
+    assert (process_facts.ZOMBIE, process_facts.DEAD) == (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
+def test_every_call_about_a_gone_process_answers_without_raising() -> None:
+    """The error contract (`system`'s docstring): what cannot be told is None, a list
+    holds what could be read, and nothing raises for a process that is gone."""
+    gone = 2**22 + 1  # above any pid_max: never a process
+    answers = {
+        "read_start": system.read_start(gone),
+        "parent_pid": system.parent_pid(gone),
+        "process_details": system.process_details(gone),
+        "effective_uid": system.effective_uid(gone),
+        "owner_and_argv": system.owner_and_argv(gone),
+        "exe_and_argv": system.exe_and_argv(gone),
+        "thread_count": system.thread_count(gone),
+        "stuck_state": system.stuck_state(gone),
+        "is_stopped": system.is_stopped(gone),
+        "memory_usage": system.memory_usage(gone),
+        "pipe_inodes": system.pipe_inodes(gone),
+        "process_group": system.process_group(gone),
+        "child_pids": system.child_pids(gone),
+        "descendants": system.descendants(gone),
+        "group_members": system.group_members([gone]),
+    }
+    assert answers == {
+        name: [] if name in ("child_pids", "descendants", "group_members") else None
+        for name in answers
+    }
+    if system.BACKEND == "linux":
+        assert system.environment_value(gone, "PATH") is None
+    else:  # another process's environment is never readable here: it may be set
+        with pytest.raises(PermissionError):
+            system.environment_value(gone, "PATH")

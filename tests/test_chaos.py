@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard import system
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerSpec
-from exo_orphan_guard.sweeper import endings
-from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid

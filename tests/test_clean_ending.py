@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard import system
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.rig.scenario_worker import SHUTDOWN_SECONDS, RunnerKind
-from exo_orphan_guard.sweeper import endings
-from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid

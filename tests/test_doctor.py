@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.exo import patching
+from exo_orphan_guard.records import endings
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper import endings
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import Verdict
 from exo_orphan_guard.system import settings

@@ -17,10 +17,10 @@ import psutil
 import pytest
 
 from exo_orphan_guard import system
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import launch_scenario, scenarios
 from exo_orphan_guard.rig.launch_scenario import RankKind, StartedLauncher
-from exo_orphan_guard.sweeper import endings
-from exo_orphan_guard.sweeper.registry import host_directory
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
 from tests.helpers.processes import kill_all

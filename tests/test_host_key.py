@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard import system
-from exo_orphan_guard.sweeper import host_key
-from exo_orphan_guard.sweeper.registry import Registry
+from exo_orphan_guard.records import host_key
+from exo_orphan_guard.records.registry import Registry
 from tests.test_registry import sample
 
 MAC_UUID = "6F9619FF-8B86-D011-B42D-00C04FC964FF"

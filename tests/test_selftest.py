@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from exo_orphan_guard import system
-from exo_orphan_guard.sweeper.host_key import host_key
+from exo_orphan_guard.records.host_key import host_key
 from exo_orphan_guard.tools import rdma_ports, selftest
 
 

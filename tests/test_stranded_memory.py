@@ -92,10 +92,12 @@ def test_the_mac_says_so_when_psutil_cannot_read_the_machine() -> None:
     def failing() -> object:
         raise RuntimeError("host_statistics(HOST_VM_INFO) syscall failed")
 
-    with pytest.raises(OSError, match="host_statistics"):
-        _darwin.wired_memory(FakeLibc({}, {}), virtual_memory=failing, pids=list)
-    with pytest.raises(OSError, match="no wired memory"):
-        _darwin.wired_memory(FakeLibc({}, {}), virtual_memory=lambda: LinuxSvmem(1, 1), pids=list)
+    failed = _darwin.wired_memory(FakeLibc({}, {}), virtual_memory=failing, pids=list)
+    assert isinstance(failed, str) and "host_statistics" in failed
+    linux = _darwin.wired_memory(
+        FakeLibc({}, {}), virtual_memory=lambda: LinuxSvmem(1, 1), pids=list
+    )
+    assert isinstance(linux, str) and "no wired memory" in linux
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="the line applies on macOS")

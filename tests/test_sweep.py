@@ -17,9 +17,9 @@ from typing import Any
 import psutil
 import pytest
 
+from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper import killing
-from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.sweeper.sweeping import SweepReport, sweep
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.system.process_facts import Pid

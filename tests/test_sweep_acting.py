@@ -18,9 +18,9 @@ import psutil
 import pytest
 
 from exo_orphan_guard import system
+from exo_orphan_guard.records.registry import Registry, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper import killing
-from exo_orphan_guard.sweeper.registry import Registry, host_directory
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system._linux import read_stat
 from exo_orphan_guard.system.identity import ProcessIdentity, liveness

@@ -22,8 +22,8 @@ import psutil
 import pytest
 
 from exo_orphan_guard import system
+from exo_orphan_guard.records.registry import Registry, RunnerRecord
 from exo_orphan_guard.sweeper import process_table, report_format
-from exo_orphan_guard.sweeper.registry import Registry, RunnerRecord
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system._posix import iter_command_lines
 from exo_orphan_guard.system.identity import ProcessIdentity, liveness

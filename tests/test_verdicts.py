@@ -6,8 +6,8 @@ import dataclasses
 import re
 from pathlib import Path
 
+from exo_orphan_guard.records.registry import LoadedRecord, RunnerRecord
 from exo_orphan_guard.sweeper.process_table import ProcessInfo, ProcessTable
-from exo_orphan_guard.sweeper.registry import LoadedRecord, RunnerRecord
 from exo_orphan_guard.sweeper.verdicts import SweepOptions, Verdict, decide
 from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.system.process_facts import Pid

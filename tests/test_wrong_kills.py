@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from exo_orphan_guard import system
+from exo_orphan_guard.records.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper.registry import LOCK_NAME, Registry, RunnerRecord, host_directory
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system._linux import group_members, read_stat
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness

@@ -20,13 +20,13 @@ from types import FrameType
 from typing import Final
 
 from .. import system
+from ..records import endings
+from ..records.endings import Ending
+from ..records.registry import host_directory
 from ..rig import ring_scenario, scenarios
 from ..rig.native_calls import LONG_EVAL_SECONDS
 from ..rig.notes import read_notes
 from ..rig.scenario_worker import RunnerKind, Watch
-from ..sweeper import endings
-from ..sweeper.endings import Ending
-from ..sweeper.registry import host_directory
 from ..system import settings
 from ..system.identity import ProcessIdentity
 from . import launch, sweep

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, final
 
 from .. import system
-from ..sweeper import endings
-from ..sweeper.registry import host_directory
+from ..records import endings
+from ..records.registry import host_directory
 from ..system import settings
 from ..system.identity import ProcessIdentity
 from .notes import read_notes

@@ -20,7 +20,6 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, fi
 
 from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of
+from .json_lines import JsonLines
 from .notes import RunnerNotes
 from .scenarios import alive, kill_started, wait_gone
 
@@ -225,22 +225,17 @@ class RunningGroup:
     sums: dict[int, float]
     idle: list[ProcessIdentity] = field(default_factory=list[ProcessIdentity])
     logs: list[LogReport] = field(default_factory=list[LogReport])
-    pending: bytes = b""
+    reports: JsonLines | None = None
 
     def read(self, timeout: float) -> RankReport | LogReport | None:
         """The next report, or None at the timeout or when the worker is gone."""
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.pending:
-            ready, _, _ = select.select(
-                [self.process.stdout], [], [], max(0.0, deadline - time.monotonic())
-            )
-            chunk = os.read(self.process.stdout.fileno(), 65536) if ready else b""
-            if not chunk:
-                return None
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        report = cast(RankReport | LogReport, json.loads(line))
+        if self.reports is None:
+            assert self.process.stdout is not None
+            self.reports = JsonLines(self.process.stdout)
+        document = self.reports.next(timeout)
+        if document is None:
+            return None
+        report = cast(RankReport | LogReport, document)
         if report["event"] == "log":
             self.logs.append(report)
         elif report["event"] == "sum":

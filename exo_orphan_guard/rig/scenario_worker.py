@@ -111,8 +111,10 @@ class WorkerSpec(TypedDict):
 
 
 SHUTDOWN_SECONDS = 1.5
-"""How long a `shutdown` runner's own shutdown takes: longer than the second after
-which a WorkerGone is raised again outside `ending_cleanly()`."""
+"""How long a `shutdown` runner's own shutdown takes (unless SHUTDOWN_SECONDS_ENV):
+longer than the second after which a WorkerGone is raised again outside
+`ending_cleanly()`."""
+SHUTDOWN_SECONDS_ENV = "EOG_SCENARIO_SHUTDOWN_SECONDS"
 
 
 def runner_main(
@@ -216,7 +218,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
         from exo_orphan_guard import ending_cleanly
 
         with ending_cleanly():
-            time.sleep(SHUTDOWN_SECONDS)  # the worker is killed meanwhile
+            # The worker is killed meanwhile.
+            time.sleep(float(os.environ.get(SHUTDOWN_SECONDS_ENV, SHUTDOWN_SECONDS)))
         note.write("shut down")
         return
     while kind == "talk":

@@ -2,7 +2,8 @@
 
 Shared by `exo-orphan-guard selftest`, `make demo`, the tests and the benchmarks, so
 that what an operator runs on a Mac is what CI runs on Linux. Observation uses only
-psutil and, on Linux, pidfds: nothing here relies on the guard under test.
+`system`'s process reads and, on Linux, pidfds: nothing here relies on the watch or the
+sweep under test.
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import final
-
-import psutil
+from typing import cast, final
 
 from .. import system
 from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
+from .json_lines import JsonLines
 from .scenario_worker import RunnerKind, SpawnFrom, Watch, WorkerReport, WorkerSpec
 
 _START_TIMEOUT_SECONDS = 60.0
@@ -231,17 +231,18 @@ def cleanup(worker: StartedWorker) -> None:
 def describe_process(identity: ProcessIdentity) -> dict[str, object]:
     """pid, ppid, RSS and age of a live process, for the demo's list of orphans."""
     try:
-        process = psutil.Process(identity.pid)
-        with process.oneshot():
-            return {
-                "pid": identity.pid,
-                "ppid": process.ppid(),
-                "rss_mib": round(process.memory_info().rss / 2**20, 1),
-                "age_s": round(time.time() - process.create_time(), 2),
-                "state": process.status(),
-            }
-    except psutil.Error:
+        details = system.process_details(identity.pid)
+    except PermissionError:
+        details = None
+    if details is None or details.rss is None:
         return {"pid": identity.pid, "ppid": None, "rss_mib": None, "age_s": None, "state": "gone"}
+    return {
+        "pid": identity.pid,
+        "ppid": details.ppid,
+        "rss_mib": round(details.rss / 2**20, 1),
+        "age_s": round(time.time() - details.create_time, 2),
+        "state": details.status,
+    }
 
 
 def _identity(pid: int) -> ProcessIdentity:
@@ -252,12 +253,10 @@ def _identity(pid: int) -> ProcessIdentity:
 
 def _read_report(process: subprocess.Popen[str]) -> WorkerReport:
     assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT_SECONDS)
-    line = process.stdout.readline() if ready else ""
-    if not line:
+    report = JsonLines(process.stdout).next(_START_TIMEOUT_SECONDS)
+    if report is None:
         raise RuntimeError(f"scenario worker {process.pid} did not report its runners")
-    report: WorkerReport = json.loads(line)
-    return report
+    return cast(WorkerReport, report)
 
 
 @final

@@ -24,14 +24,11 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-import psutil
-
 from .. import system
+from ..records.endings import How
+from ..records.freeze_journal import FreezeJournal
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
-from ..system.process_read import read_or
-from .endings import How
-from .freeze_journal import FreezeJournal
 from .process_table import is_guard_command
 
 SignalSender = Callable[[int, int], None]
@@ -75,7 +72,7 @@ class _Family:
 
     def __init__(self, target: ProcessIdentity) -> None:
         self.target = target
-        self.uid = _uid_of(target.pid)
+        self.uid = system.effective_uid(target.pid)
         self.members: list[ProcessIdentity] = [target]
         self.sent: list[str] = []
 
@@ -246,18 +243,8 @@ def _result(family: _Family) -> KillResult:
     )
 
 
-def _uid_of(pid: int) -> int | None:
-    return read_or(lambda: psutil.Process(pid).uids().effective, None)
-
-
 def _may_signal(pid: int, uid: int | None) -> bool:
-    def allowed() -> bool:
-        process = psutil.Process(pid)
-        with process.oneshot():
-            return (
-                uid is not None
-                and process.uids().effective == uid
-                and not is_guard_command(process.cmdline())
-            )
-
-    return read_or(allowed, False)
+    if uid is None:
+        return False
+    found = system.owner_and_argv(pid)
+    return found is not None and found[0] == uid and not is_guard_command(found[1])

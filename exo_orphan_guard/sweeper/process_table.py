@@ -2,8 +2,9 @@
 
 Reading everything about every process is what makes `psutil.process_iter` slow on a
 busy Mac. A sweep reads each process's command line once (cheap, straight from /proc
-on Linux), keeps the few that could be runners, and only then asks psutil for details
-about those, their parents, recorded runners and their workers.
+on Linux), keeps the few that could be runners, and only then asks for details
+(`system.process_details`) about those, their parents, recorded runners and their
+workers.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
-import psutil
-
 from .. import system
 from ..system.identity import ProcessIdentity, current_identity
-from ..system.process_facts import MemoryUsage, Pid
-from ..system.process_read import Unread, read
+from ..system.process_facts import DEAD, ZOMBIE, MemoryUsage, Pid
 from ..system.settings import RUNNER_ENV
 from .exo_detect import ExoExecutables
 
@@ -88,7 +86,7 @@ class ProcessInfo:
 
     @property
     def exited(self) -> bool:
-        return self.status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        return self.status in (ZOMBIE, DEAD)
 
     @property
     def is_spawn_child(self) -> bool:
@@ -166,7 +164,7 @@ def gather(
         taken_at=time.time(),
         unreadable=frozenset(unreadable),
         scanned_groups=frozenset(groups),
-        pipes_visible=system.PIPES_VISIBLE,
+        pipes_visible=system.pipes_visible(),
     )
 
 
@@ -180,7 +178,7 @@ def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
 
 def _read_spawn_pipes(processes: dict[Pid, ProcessInfo]) -> None:
     """Pipes of exo's spawn children with a live parent, and of that parent."""
-    if not system.PIPES_VISIBLE:
+    if not system.pipes_visible():
         return
     for info in list(processes.values()):
         parent = processes.get(Pid(info.ppid))
@@ -229,28 +227,15 @@ def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
         return "unreadable"
     if start is None:
         return "gone"
-    process = read(lambda: psutil.Process(pid))
-    if isinstance(process, Unread):
-        return "gone" if process.gone and _unlisted(pid) else "unreadable"
-    with process.oneshot():
-        # One kinfo_proc sysctl on macOS, the stat file on Linux: these four come together.
-        listed = read(
-            lambda: (
-                process.ppid(),
-                process.uids().effective,
-                process.status(),
-                process.create_time(),
-            )
-        )
-        argv = read(process.cmdline)
-        exe = read(process.exe)
-        rss = read(lambda: process.memory_info().rss)
-    pgid = read(lambda: os.getpgid(pid))
-    if isinstance(listed, Unread):
-        return "gone" if listed.gone and _unlisted(pid) else "unreadable"
-    ppid, uid, status, create_time = listed
+    try:
+        details = system.process_details(pid)
+    except PermissionError:
+        return "unreadable"
+    if details is None:
+        return "gone" if _unlisted(pid) else "unreadable"
+    status = details.status
     exited = start.exited
-    vanished = any(isinstance(detail, Unread) and detail.gone for detail in (argv, exe, rss, pgid))
+    vanished = details.refused
     if vanished:
         try:
             again = system.read_start(pid)
@@ -263,20 +248,20 @@ def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
     if vanished:
         status = EXITING
     elif exited:
-        status = psutil.STATUS_ZOMBIE
+        status = ZOMBIE
     known = not vanished
     return ProcessInfo(
         pid=Pid(pid),
-        ppid=ppid,
+        ppid=details.ppid,
         started=start.started,
-        uid=uid,
-        argv=() if isinstance(argv, Unread) else tuple(argv),
-        exe=None if isinstance(exe, Unread) else exe or None,
+        uid=details.uid,
+        argv=details.argv or (),
+        exe=details.exe,
         status=status,
-        rss=rss if known and not isinstance(rss, Unread) else None,
-        create_time=create_time,
+        rss=details.rss if known else None,
+        create_time=details.create_time,
         runs_exo=False,
-        pgid=pgid if known and not isinstance(pgid, Unread) else None,
+        pgid=details.pgid if known else None,
         memory=system.memory_usage(pid) if known else None,
         vanished=vanished,
     )

@@ -7,8 +7,8 @@ import shlex
 import time
 from typing import Final
 
+from ..records.endings import Ending
 from ..system.process_facts import MemoryUsage
-from .endings import Ending
 from .killing import KillResult
 from .process_table import ProcessInfo
 from .sweeping import SweepReport

@@ -12,10 +12,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..records import endings
+from ..records.endings import Ending, How
 from ..system.identity import ProcessIdentity
 from ..system.settings import WEDGE_SECONDS
-from . import endings
-from .endings import Ending, How
 from .killing import KillResult
 from .verdicts import Verdict
 
@@ -38,32 +38,39 @@ def patience(
     return waits
 
 
-def waiting_line(
-    target: ProcessIdentity,
-    labels: Mapping[str, str],
-    ending: Ending | None,
-    deadline: float,
-    now: float | None = None,
-    wall: float | None = None,
-) -> str:
-    """One line for a runner a sweep waits for: which, why, until when (local time)."""
-    now = time.monotonic() if now is None else now
-    wall = time.time() if wall is None else wall
-    until = time.strftime("%H:%M:%S", time.localtime(wall + deadline - now))
-    named = " ".join(f"{key}={value}" for key, value in sorted(labels.items()))
-    who = f"runner {target.pid}" + (f" ({named})" if named else "")
-    if ending is not None and ending.event == "busy":
-        since = max(0.0, wall - ending.at)
-        bound = "" if ending.busy_wait is None else f", killed at {ending.busy_wait:g} s"
-        why = (
-            f"busy in native code {since:.0f} s, GIL {ending.gil or 'held or free'}{bound} "
-            "unless it returns, then its grace"
+def wait_lines(
+    verdicts: Sequence[Verdict],
+    waits: Mapping[ProcessIdentity, float],
+    latest: Mapping[ProcessIdentity, Ending],
+    now: float,
+    wall_now: float,
+) -> list[str]:
+    """One line per runner waited for: which, why, and until when (local time)."""
+    lines: list[str] = []
+    for verdict in verdicts:
+        if verdict.record is None or verdict.record.record.identity not in waits:
+            continue
+        target = verdict.record.record.identity
+        seconds = max(0.0, waits[target] - now)
+        until = time.strftime("%H:%M:%S", time.localtime(wall_now + seconds))
+        labels = "".join(f" {key}={value}" for key, value in sorted(verdict.labels.items()))
+        ending = latest.get(target)
+        if ending is not None and ending.event == "busy":
+            bound = "" if ending.busy_wait is None else f", killed at {ending.busy_wait:g} s"
+            why = (
+                f"its worker is gone; busy in native code "
+                f"{max(0.0, wall_now - ending.at):.0f} s, GIL {ending.gil or 'held or free'}"
+                f"{bound} unless it returns"
+            )
+        elif ending is not None and ending.event == "begun":
+            why = "its worker is gone and its clean ending has begun"
+        else:
+            why = "its worker is gone and its watchdog is about to say how it ends"
+        lines.append(
+            f"waiting for runner {target.pid}{labels} to end by itself ({why}) until "
+            f"{until} ({seconds:.1f} s), then it is stopped"
         )
-    elif ending is not None and ending.event == "begun":
-        why = "ending the clean way (its worker died)"
-    else:
-        why = "its worker died; its watchdog is about to say how it ends"
-    return f"waiting for {who}: {why}; until {until} ({max(0.0, deadline - now):.1f} s)"
+    return lines
 
 
 def with_endings(

@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, TypeVar, final
 
+from ..records import endings
+from ..records.freeze_journal import FreezeJournal, thaw_abandoned
+from ..records.registry import LoadedRecord, LockUnavailableError, Registry
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, liveness
 from ..system.process_facts import Pid
-from . import endings, killing, process_table, sweep_endings
-from .freeze_journal import FreezeJournal, thaw_abandoned
+from . import killing, process_table, sweep_endings
 from .killing import KillResult
 from .process_table import ProcessTable
-from .registry import LoadedRecord, LockUnavailableError, Registry
 from .verdicts import SweepOptions, Verdict, decide
 
 P = ParamSpec("P")
@@ -32,6 +33,27 @@ R = TypeVar("R")
 DEFAULT_KILL_WAIT_SECONDS: Final = 2.0
 DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 15.0
 _PASSES: Final = 2
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class SweepRequest:
+    """What one sweep was asked to do, checked (`sweep`) and passed along whole."""
+
+    options: SweepOptions
+    """What to judge a target."""
+    dry_run: bool
+    registry_dir: Path | None
+    """None: EXO_ORPHAN_GUARD_DIR, else ~/.exo/orphan-guard."""
+    grace: float
+    """Seconds between SIGTERM and SIGKILL."""
+    kill_wait: float
+    """Seconds to wait for a SIGKILLed process to be gone."""
+    lock_timeout: float
+    on_wait: Callable[[str], None] | None = None
+    """Told one line for each runner the sweep waits for: which, why, until when."""
+    wait_for_endings: bool = True
+    """False (`sweep --now`): no waiting for runners already ending by themselves."""
 
 
 @final
@@ -99,8 +121,8 @@ def sweep(
     any_parent: bool = False,
     all_users: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
-    wait_for_endings: bool = True,
     on_wait: Callable[[str], None] | None = None,
+    wait_for_endings: bool = True,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -115,7 +137,7 @@ def sweep(
     `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
     a recorded runner already ending the clean way, or busy in native code, is first
     waited for, until its watchdog would kill it (`wait_for_endings=False`: not at
-    all); `on_wait` gets one line per such wait, naming the runner, why and until when.
+    all); `on_wait` gets one line for each wait, saying which, why and until when.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -128,8 +150,15 @@ def sweep(
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
-    path = registry_dir if registry_dir is not None else settings.registry_dir()
-    registry, problem = Registry.open(path, create=not dry_run)
+    request = SweepRequest(
+        options, dry_run, registry_dir, grace, kill_wait, lock_timeout, on_wait, wait_for_endings
+    )
+    return _run(request, warnings, started)
+
+
+def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepReport:
+    path = request.registry_dir if request.registry_dir is not None else settings.registry_dir()
+    registry, problem = Registry.open(path, create=not request.dry_run)
     if problem is not None:
         warnings.append(problem)
 
@@ -138,7 +167,7 @@ def sweep(
             verdicts=outcome.verdicts,
             results=outcome.results,
             warnings=tuple(warnings),
-            dry_run=dry_run,
+            dry_run=request.dry_run,
             registry=None if registry is None else registry.path,
             elapsed_seconds=time.monotonic() - started,
             lock_acquired=locked,
@@ -153,9 +182,8 @@ def sweep(
             target_endings=outcome.target_endings,
         )
 
-    waiting = _Waiting(wait_for_endings, on_wait)
-    if dry_run:
-        table, verdicts = judge(registry, options, warnings)
+    if request.dry_run:
+        table, verdicts = judge(registry, request.options, warnings)
         targets = _targets(verdicts)
         latest = _latest_endings(registry, table.boot_id)
         return report(
@@ -167,16 +195,16 @@ def sweep(
             )
         )
     if registry is None:
-        return report(_kill_orphans(None, options, warnings, (grace, kill_wait), waiting))
+        return report(_kill_orphans(None, request, warnings))
     try:
-        with registry.locked(lock_timeout) as acquired:
+        with registry.locked(request.lock_timeout) as acquired:
             if not acquired:
                 return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
-            return report(_kill_orphans(registry, options, warnings, (grace, kill_wait), waiting))
+            return report(_kill_orphans(registry, request, warnings))
     except LockUnavailableError as error:
         warnings.append(f"{error.strerror}: sweeping without it")
-    return report(_kill_orphans(registry, options, warnings, (grace, kill_wait), waiting))
+    return report(_kill_orphans(registry, request, warnings))
 
 
 @final
@@ -191,21 +219,8 @@ class _Outcome:
     )
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """Whether runners ending by themselves are waited for, and who hears of each wait."""
-
-    wait: bool
-    announce: Callable[[str], None] | None
-
-
 def _kill_orphans(
-    registry: Registry | None,
-    options: SweepOptions,
-    warnings: list[str],
-    bounds: tuple[float, float],
-    waiting: _Waiting,
+    registry: Registry | None, request: SweepRequest, warnings: list[str]
 ) -> _Outcome:
     """Judge and act; once more if a recorded runner that led its own process group
     went meanwhile, so that what it left in its group is judged on the same records
@@ -220,8 +235,8 @@ def _kill_orphans(
     results: list[KillResult] = []
     try:
         for _ in range(_PASSES):
-            table, judged = judge(registry, options, warnings)
-            acted = _act(registry, table, judged, bounds, journal, waiting)
+            table, judged = judge(registry, request.options, warnings)
+            acted = _act(registry, table, judged, request, journal)
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
             results.extend(acted)
@@ -319,37 +334,38 @@ def _act(
     registry: Registry | None,
     table: ProcessTable,
     verdicts: Sequence[Verdict],
-    bounds: tuple[float, float],
+    request: SweepRequest,
     journal: FreezeJournal | None,
-    waiting: _Waiting,
 ) -> list[KillResult]:
-    grace, kill_wait = bounds
     began = time.monotonic()
-    first = _latest_endings(registry, table.boot_id)
-    waits = sweep_endings.patience(verdicts, first, began) if waiting.wait else {}
-    announce = waiting.announce
-    labels = {
-        verdict.record.record.identity: verdict.record.record.labels
-        for verdict in verdicts
-        if verdict.record is not None
-    }
+    before = _latest_endings(registry, table.boot_id)
+    waits = sweep_endings.patience(verdicts, before, began) if request.wait_for_endings else {}
+    announce = request.on_wait
     if announce is not None:
-        for target, deadline in waits.items():
-            announce(
-                sweep_endings.waiting_line(
-                    target, labels.get(target, {}), first.get(target), deadline
-                )
-            )
+        for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
+            announce(line)
 
     def renew(target: ProcessIdentity) -> float | None:
+        """A deadline out: wait on if the watchdog has since recorded a later one (a
+        runner busy in native code is recorded so 0.5 s after the notice)."""
         recorded = _latest_endings(registry, table.boot_id).get(target)
-        later = endings.recorded_deadline(recorded, time.monotonic())
-        if later is not None and announce is not None:
-            announce(sweep_endings.waiting_line(target, labels.get(target, {}), recorded, later))
+        now = time.monotonic()
+        later = endings.recorded_deadline(recorded, now)
+        if later is not None and announce is not None and recorded is not None:
+            for line in sweep_endings.wait_lines(
+                verdicts, {target: later}, {target: recorded}, now, time.time()
+            ):
+                announce(line)
         return later
 
     results = killing.execute(
-        _targets(verdicts), table.protected, grace, kill_wait, journal, waits, renew
+        _targets(verdicts),
+        table.protected,
+        request.grace,
+        request.kill_wait,
+        journal,
+        waits,
+        renew,
     )
     # Read again: watchdogs recorded how the runners waited for ended.
     latest = _latest_endings(registry, table.boot_id)

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, final
 
+from ..records.registry import LoadedRecord
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
 from .process_table import ProcessInfo, ProcessTable
-from .registry import LoadedRecord
 
 Action = Literal["kill", "spare", "forget"]
 """forget: the record is stale (its runner is gone, or its pid now belongs to another

@@ -1,4 +1,5 @@
-"""macOS: psutil for everything, plus `ps`, sysctl and libproc for what psutil lacks.
+"""macOS: psutil for everything (`_posix`), plus `ps`, sysctl and libproc for what
+psutil lacks: the names defined here replace `_posix`'s (`backend`).
 
 Run on macOS by operators (`exo-orphan-guard selftest`), not by this project's CI,
 which runs the rest of the portable backend on Linux: keep it this small, and keep
@@ -16,48 +17,9 @@ from typing import Final, Protocol, cast
 
 import psutil
 
-from ._posix import (
-    PIPES_VISIBLE,
-    become_child_subreaper,
-    child_pids,
-    close_files_from,
-    descendant_pids,
-    environment_value,
-    forked_by_main_thread,
-    group_members,
-    is_stopped,
-    iter_command_lines,
-    parent_pid,
-    pipe_inodes,
-    read_start,
-    set_parent_death_signal,
-)
 from ._posix import boot_id as posix_boot_id
 from ._posix import memory_usage as posix_memory_usage
 from .process_facts import MemoryUsage, WiredMemory
-
-__all__ = [
-    "PIPES_VISIBLE",
-    "become_child_subreaper",
-    "boot_id",
-    "child_pids",
-    "close_files_from",
-    "descendant_pids",
-    "environment_value",
-    "forked_by_main_thread",
-    "group_members",
-    "hardware_uuid",
-    "is_stopped",
-    "iter_command_lines",
-    "memory_usage",
-    "parent_pid",
-    "pipe_inodes",
-    "read_start",
-    "set_parent_death_signal",
-    "stuck_state",
-    "stuck_state_from_ps",
-    "wired_memory",
-]
 
 _RUSAGE_INFO_V0: Final = 0
 _HOST_UUID_WAIT_SECONDS: Final = 5
@@ -218,18 +180,19 @@ def wired_memory(
     libc: DarwinLibc | None = None,
     virtual_memory: Callable[[], object] = psutil.virtual_memory,
     pids: Callable[[], list[int]] = psutil.pids,
-) -> WiredMemory:
+) -> WiredMemory | str:
     """Wired memory (psutil's `wired`: host_statistics64's wire_count times the page
     size, what `vm_stat` prints as "Pages wired down") beside the physical footprints
-    of every live process that can be read. OSError if the machine's figures cannot."""
+    of every live process that can be read; a string: why the machine's figures
+    cannot be read."""
     try:
         memory = virtual_memory()
         listed = pids()
     except (RuntimeError, OSError) as error:
-        raise OSError(f"psutil could not read the machine's memory: {error}") from error
+        return f"psutil could not read the machine's memory: {error}"
     ram, wired = getattr(memory, "total", None), getattr(memory, "wired", None)
     if not isinstance(ram, int) or not isinstance(wired, int):
-        raise OSError("psutil reports no wired memory here")
+        return "psutil reports no wired memory here"
     handle = libc or _libc()
     footprints = [physical_footprint(pid, handle) for pid in listed]
     read = [footprint for footprint in footprints if footprint is not None]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import resource
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -20,8 +21,10 @@ _PR_SET_PDEATHSIG: Final = 1
 _PR_SET_CHILD_SUBREAPER: Final = 36
 _EXITED_STATES: Final = frozenset({"Z", "X", "x"})
 
-PIPES_VISIBLE = True
-"""`pipe_inodes` answers for processes of this user."""
+
+def pipes_visible() -> bool:
+    """`pipe_inodes` answers for processes of this user."""
+    return True
 
 
 @final
@@ -70,11 +73,6 @@ def parent_pid(pid: int) -> int | None:
     return None if stat is None else stat.ppid
 
 
-@cache
-def boot_id() -> str:
-    return _read_small("/proc/sys/kernel/random/boot_id").decode().strip()
-
-
 def forked_by_main_thread(parent: int, child: int) -> bool | None:
     """Whether `child` hangs off `parent`'s main thread (None: the kernel won't say).
 
@@ -97,6 +95,30 @@ def set_parent_death_signal(signal_number: int) -> bool:
 
 def become_child_subreaper() -> bool:
     return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def descendants(pid: int) -> list[Pid]:
+    """Children, grandchildren, ...: each pid once, parents before their children."""
+    found: list[Pid] = []
+    seen: set[int] = {pid}
+    frontier = [pid]
+    while frontier:
+        next_frontier: list[int] = []
+        for parent in frontier:
+            for child in child_pids(parent):
+                if child not in seen:
+                    seen.add(child)
+                    found.append(child)
+                    next_frontier.append(child)
+        frontier = next_frontier
+    return found
+
+
+def close_inherited_files(lowest: int) -> None:
+    """One close_range(2) call on Linux >= 5.9 (CPython's `closerange`)."""
+    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    upper = soft_limit if soft_limit != resource.RLIM_INFINITY else 1 << 20
+    os.closerange(lowest, min(upper, 1 << 20))
 
 
 def child_pids(pid: int) -> list[Pid]:
@@ -123,12 +145,12 @@ def stuck_state(pid: int) -> str | None:
     return "D" if stat is not None and stat.state == "D" else None
 
 
-def is_stopped(pid: int) -> bool:
+def is_stopped(pid: int) -> bool | None:
     try:
         stat = read_stat(pid)
     except PermissionError:
-        return False
-    return stat is not None and stat.state in ("T", "t")
+        return None
+    return None if stat is None else stat.state in ("T", "t")
 
 
 def pipe_inodes(pid: int) -> frozenset[int] | None:
@@ -173,7 +195,7 @@ def environment_value(pid: int, name: str) -> str | None:
 
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
     """Every process's raw NUL-separated argv; kernel threads (empty argv) skipped."""
-    for name in os.listdir("/proc"):
+    for name in _proc_entries():
         if not name.isdigit():
             continue
         try:
@@ -184,10 +206,18 @@ def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
             yield Pid(int(name)), data
 
 
+def process_group(pid: int) -> int | None:
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return None
+    return None if stat is None else stat.pgrp
+
+
 def group_members(groups: Collection[int]) -> list[Pid]:
     """Processes whose process group is one of `groups`."""
     found: list[Pid] = []
-    for name in os.listdir("/proc"):
+    for name in _proc_entries():
         if name.isdigit():
             try:
                 stat = read_stat(int(name))
@@ -196,6 +226,13 @@ def group_members(groups: Collection[int]) -> list[Pid]:
             if stat is not None and stat.pgrp in groups:
                 found.append(Pid(int(name)))
     return found
+
+
+def _proc_entries() -> list[str]:
+    try:
+        return os.listdir("/proc")
+    except OSError:
+        return []
 
 
 def _read_small(path: str) -> bytes:

@@ -1,6 +1,7 @@
 """Any POSIX system, through psutil: macOS, the BSDs, and what Linux does not do faster.
 
-Same function names as `_linux`; `system` picks one module per platform.
+Every name of `system`'s interface is here: the portable backend is this module
+alone, and `_linux` and `_darwin` replace only what they do better (`backend`).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from typing import TypeVar, cast
 import psutil
 
 from .once import warn_once
-from .process_facts import MemoryUsage, Pid, ProcessStart, WiredMemory
+from .process_facts import MemoryUsage, Pid, ProcessDetails, ProcessStart, WiredMemory
 from .process_read import Unread, read, read_or
 
-PIPES_VISIBLE = False
 T = TypeVar("T")
+
+
+def pipes_visible() -> bool:
+    return False
 
 
 def read_start(pid: int) -> ProcessStart | None:
@@ -95,7 +99,7 @@ def hardware_uuid() -> str | None:
     return None
 
 
-def wired_memory() -> WiredMemory | None:
+def wired_memory() -> WiredMemory | str | None:
     """None: memory stranded by hard-killed GPU processes is a macOS matter, measured
     by `_darwin` only."""
     return None
@@ -119,14 +123,14 @@ def child_pids(pid: int) -> list[Pid]:
     return read_or(lambda: [Pid(child.pid) for child in psutil.Process(pid).children()], [])
 
 
-def descendant_pids(pid: int) -> list[Pid]:
+def descendants(pid: int) -> list[Pid]:
     """The whole tree from one ppid map: on macOS each `children()` call scans every pid."""
     return read_or(
         lambda: [Pid(child.pid) for child in psutil.Process(pid).children(recursive=True)], []
     )
 
 
-def close_files_from(lowest: int, fd_dir: str = "/dev/fd") -> None:
+def close_inherited_files(lowest: int, fd_dir: str = "/dev/fd") -> None:
     """Close the open fds >= `lowest`, listed from `fd_dir`: a few close() calls instead
     of `closerange`'s one per possible number (65,535 at exo's soft limit on macOS)."""
     try:
@@ -151,8 +155,9 @@ def stuck_state(pid: int) -> str | None:
     return "D" if status == psutil.STATUS_DISK_SLEEP else None
 
 
-def is_stopped(pid: int) -> bool:
-    return read_or(lambda: psutil.Process(pid).status(), None) == psutil.STATUS_STOPPED
+def is_stopped(pid: int) -> bool | None:
+    status = read_or(lambda: psutil.Process(pid).status(), None)
+    return None if status is None else status == psutil.STATUS_STOPPED
 
 
 def pipe_inodes(pid: int) -> frozenset[int] | None:
@@ -166,6 +171,10 @@ def environment_value(pid: int, name: str) -> str | None:
     Sur), so no claim can rest on it."""
     del name
     raise PermissionError(f"cannot read the environment of process {pid} here")
+
+
+def process_group(pid: int) -> int | None:
+    return read_or(lambda: os.getpgid(pid), None)
 
 
 def group_members(groups: Collection[int]) -> list[Pid]:
@@ -199,3 +208,70 @@ def _still_listed(pid: int) -> bool:
     except PermissionError:
         return False
     return start is not None and not start.exited
+
+
+def process_details(pid: int) -> ProcessDetails | None:
+    """None if psutil says no such process; PermissionError if it cannot be read."""
+    process = _known(pid, read(lambda: psutil.Process(pid)))
+    if process is None:
+        return None
+    with process.oneshot():
+        listed = read(
+            lambda: (
+                process.ppid(),
+                process.uids().effective,
+                process.status(),
+                process.create_time(),
+            )
+        )
+        argv = read(process.cmdline)
+        exe = read(process.exe)
+        rss = read(lambda: process.memory_info().rss)
+    pgid = read(lambda: os.getpgid(pid))
+    known = _known(pid, listed)
+    if known is None:
+        return None
+    ppid, uid, status, create_time = known
+    return ProcessDetails(
+        ppid=ppid,
+        uid=uid,
+        status=status,
+        create_time=create_time,
+        argv=None if isinstance(argv, Unread) else tuple(argv),
+        exe=None if isinstance(exe, Unread) else exe or None,
+        rss=None if isinstance(rss, Unread) else rss,
+        pgid=None if isinstance(pgid, Unread) else pgid,
+        refused=any(
+            isinstance(detail, Unread) and detail.gone for detail in (argv, exe, rss, pgid)
+        ),
+    )
+
+
+def effective_uid(pid: int) -> int | None:
+    return read_or(lambda: psutil.Process(pid).uids().effective, None)
+
+
+def owner_and_argv(pid: int) -> tuple[int, tuple[str, ...]] | None:
+    """Its effective uid and command line, read together."""
+
+    def both() -> tuple[int, tuple[str, ...]]:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            return process.uids().effective, tuple(process.cmdline())
+
+    return read_or(both, None)
+
+
+def exe_and_argv(pid: int) -> tuple[str | None, tuple[str, ...]] | None:
+    """Its executable (None if that alone cannot be read) and command line."""
+    process = read_or(lambda: psutil.Process(pid), None)
+    if process is None:
+        return None
+    argv = read_or(process.cmdline, None)
+    if argv is None:
+        return None
+    return read_or(process.exe, None), tuple(argv)
+
+
+def thread_count(pid: int) -> int | None:
+    return read_or(lambda: psutil.Process(pid).num_threads(), None)

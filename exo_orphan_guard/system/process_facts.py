@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NewType, final
+from typing import Final, Literal, NewType, final
 
 Pid = NewType("Pid", int)
 
@@ -56,3 +56,32 @@ class WiredMemory:
     @property
     def unaccounted(self) -> int:
         return self.wired - self.footprints
+
+
+ZOMBIE: Final = "zombie"
+"""psutil's `STATUS_ZOMBIE`: dead, not yet reaped."""
+DEAD: Final = "dead"
+"""psutil's `STATUS_DEAD`."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProcessDetails:
+    """What a sweep's snapshot reads about one process, in one pass.
+
+    The first four always come together (one kinfo_proc sysctl on macOS, the stat file
+    on Linux); each later detail is None where it could not be read.
+    """
+
+    ppid: int
+    uid: int
+    status: str
+    """psutil's status word (`ZOMBIE`, "running", "sleeping", ...)."""
+    create_time: float
+    argv: tuple[str, ...] | None
+    exe: str | None
+    rss: int | None
+    pgid: int | None
+    refused: bool
+    """A detail was refused as "no such process" although the first four were read:
+    the process may be exiting (the caller asks the process table)."""

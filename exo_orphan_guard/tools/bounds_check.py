@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..sweeper import endings
-from ..sweeper.endings import Ending
+from ..records import endings
+from ..records.endings import Ending
 from ..system import settings
 from ..system.identity import liveness
 from .check import Check

@@ -17,10 +17,10 @@ from typing import Final, final
 
 from .. import system
 from ..exo import patching
-from ..sweeper import endings
-from ..sweeper.endings import Ending
+from ..records import endings
+from ..records.endings import Ending
+from ..records.registry import Registry
 from ..sweeper.process_table import ProcessInfo
-from ..sweeper.registry import Registry
 from ..sweeper.sweeping import judge
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
@@ -56,7 +56,7 @@ class NodeFacts:
     read; None: not macOS."""
     rdma: rdma_ports.RdmaReport = rdma_ports.NOT_ON_PATH
     endings: tuple[Ending, ...] = ()
-    """How runners ended since boot (`sweeper.endings`)."""
+    """How runners ended since boot (`records.endings`)."""
     grace: settings.Parsed[float] = _DEFAULT_GRACE
     busy_wait: settings.Parsed[float] = _DEFAULT_BUSY_WAIT
 

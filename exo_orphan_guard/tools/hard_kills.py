@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..sweeper import endings
-from ..sweeper.endings import Ending
+from ..records import endings
+from ..records.endings import Ending
 from .check import Check
 
 ADVICE = (

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Final, final
 
 from .. import system
+from ..records.host_key import host_key
 from ..rig import scenarios
 from ..rig.scenario_worker import RunnerKind, Watch
-from ..sweeper.host_key import host_key
 from ..system import settings
 from ..watch.waiters import can_use_kqueue, can_use_pidfd
 from . import rdma_ports, stranded_memory

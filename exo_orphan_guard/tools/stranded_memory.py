@@ -30,10 +30,7 @@ REPORTS: Final = (
 
 def measure() -> WiredMemory | str | None:
     """This machine's figures; a string: why macOS's could not be read; None: not macOS."""
-    try:
-        return system.wired_memory()
-    except OSError as error:
-        return str(error)
+    return system.wired_memory()
 
 
 def check(measured: WiredMemory | str | None) -> Check:

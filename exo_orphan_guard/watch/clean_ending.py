@@ -39,9 +39,9 @@ from collections.abc import Generator
 from types import FrameType
 from typing import Final, Literal, final
 
-import psutil
 from loguru import logger
 
+from .. import system
 from ..system.identity import ProcessIdentity
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
@@ -309,10 +309,8 @@ def _until_every_thread_is_gone(worker: ProcessIdentity) -> None:
     there once the process has exited, so nothing is waited for."""
     deadline = time.monotonic() + _THREADS_GONE_SECONDS
     while time.monotonic() < deadline:
-        try:
-            if psutil.Process(worker.pid).num_threads() <= 1:
-                return
-        except psutil.Error:
+        threads = system.thread_count(worker.pid)
+        if threads is None or threads <= 1:
             return
         time.sleep(0.002)
 

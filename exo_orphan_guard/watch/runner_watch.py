@@ -17,14 +17,14 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import NoReturn, final
 
-import psutil
 from loguru import logger
 
 from .. import system
-from ..sweeper import endings
-from ..sweeper.registry import Registry, RunnerRecord
+from ..records import endings
+from ..records.registry import Registry, RunnerRecord
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
@@ -39,6 +39,23 @@ _active_plan: WatchPlan | None = None
 
 class UnwatchableError(Exception):
     """Nothing says which worker this runner belongs to."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class WatchedRunner:
+    """The runner a watch is armed in, as the watchdog and its record need it."""
+
+    me: ProcessIdentity
+    worker: ProcessIdentity
+    group: int | None
+    """The process group `me` leads, or None."""
+    labels: Mapping[str, str]
+    grace: float
+    """How long a clean ending may take once begun (0: none)."""
+    busy_wait: float = 0.0
+    """How long, from the notice, a main thread in native code is waited for (0: the
+    wedge bound, `WEDGE_SECONDS`)."""
 
 
 def guard_runner(**labels: str) -> None:
@@ -113,10 +130,9 @@ def arm_watch(
         logger.warning(f"orphan guard: {note}")
 
     registry = _open_registry()
+    runner = WatchedRunner(me, worker, group, labels, grace, busy_wait)
     if plan.watchdog:
-        plan = _fork_watchdog(
-            me, worker, group, plan, capabilities, registry, labels, (grace, busy_wait)
-        )
+        plan = _fork_watchdog(runner, plan, capabilities, registry)
     if plan.parent_death_signal:
         clean = plan.ending == "clean"
         system.set_parent_death_signal(clean_ending.NOTICE_SIGNAL if clean else signal.SIGKILL)
@@ -124,7 +140,7 @@ def arm_watch(
         if liveness(worker) == "gone":
             _die(me, group, "its worker died while the watch was being armed")
     if registry is not None:
-        _record_runner(registry, me, worker, group, labels, grace, plan)
+        _record_runner(registry, runner, plan)
     if plan.thread_chain:
         threading.Thread(
             target=_watch_in_thread,
@@ -144,39 +160,34 @@ def arm_watch(
 
 
 def _fork_watchdog(
-    me: ProcessIdentity,
-    worker: ProcessIdentity,
-    group: int | None,
+    runner: WatchedRunner,
     plan: WatchPlan,
     capabilities: WatchCapabilities,
     registry: Registry | None,
-    labels: Mapping[str, str],
-    bounds: tuple[float, float],
 ) -> WatchPlan:
     """Start the watchdog (and, for a clean ending, the pipes it learns of it by and
     wakes the runner's heartbeat by); the plan as it stands after, without the
-    watchdog or the clean ending if fork fails. `bounds`: the grace and the busy wait."""
-    grace, busy_wait = bounds
+    watchdog or the clean ending if fork fails."""
     clean = plan.ending == "clean"
     begun_read, begun_write = os.pipe() if clean else (None, None)
     notice_read, notice_write = os.pipe() if clean else (None, None)
     ending = EndingPlan(
-        grace=grace if clean else 0.0,
+        grace=runner.grace if clean else 0.0,
         begun=begun_read,
         notice=notice_write,
-        busy_wait=busy_wait,
+        busy_wait=runner.busy_wait,
         endings_path=None if registry is None else str(registry.path / endings.ENDINGS_NAME),
         boot_id=system.boot_id(),
-        labels=dict(labels),
+        labels=dict(runner.labels),
         why_no_clean_ending=plan.why_kill,
     )
     # A forked watchdog inherits no multiprocessing sentinel it could trust.
     chain: tuple[WaiterName, ...] = tuple(
         name for name in capabilities.waiters if name != "sentinel"
     )
-    record_path = None if registry is None else str(registry.record_path(me.pid))
+    record_path = None if registry is None else str(registry.record_path(runner.me.pid))
     try:
-        start_watchdog(worker, me, group, chain, record_path, ending)
+        start_watchdog(runner.worker, runner.me, runner.group, chain, record_path, ending)
     except OSError as error:
         logger.warning(f"orphan guard: could not fork the watchdog ({error})")
         for fd in (begun_write, notice_read):
@@ -194,7 +205,7 @@ def _fork_watchdog(
             if fd is not None:
                 os.close(fd)
     if begun_write is not None and notice_read is not None:
-        clean_ending.install(me, worker, begun_write, grace, notice_read)
+        clean_ending.install(runner.me, runner.worker, begun_write, runner.grace, notice_read)
     return plan
 
 
@@ -270,32 +281,25 @@ def _open_registry() -> Registry | None:
     return registry
 
 
-def _record_runner(
-    registry: Registry,
-    me: ProcessIdentity,
-    worker: ProcessIdentity,
-    group: int | None,
-    labels: Mapping[str, str],
-    grace: float,
-    plan: WatchPlan,
-) -> None:
-    process = psutil.Process(me.pid)
-    try:
-        exe: str | None = process.exe()
-    except psutil.Error:
-        exe = None
+def _record_runner(registry: Registry, runner: WatchedRunner, plan: WatchPlan) -> None:
+    me = runner.me
+    program = system.exe_and_argv(me.pid)
+    if program is None:
+        warn_once(f"orphan registry {registry.path}: cannot read this runner's command line")
+        return
+    exe, argv = program
     record = RunnerRecord(
         pid=me.pid,
         started=me.started,
         boot_id=system.boot_id(),
         uid=os.geteuid(),
-        worker=worker,
+        worker=runner.worker,
         exe=exe,
-        argv=tuple(process.cmdline()),
-        pgid=group,
+        argv=argv,
+        pgid=runner.group,
         recorded_at=time.time(),
-        labels=dict(labels),
-        grace=grace if plan.ending == "clean" else None,
+        labels=dict(runner.labels),
+        grace=runner.grace if plan.ending == "clean" else None,
     )
     try:
         path = registry.write(record)

@@ -12,7 +12,7 @@ held or free (heartbeats from the runner, or none). Once begun, the ending has t
 grace; outside `ending_cleanly()` the notice is repeated every second, so that a
 swallowed `WorkerGone` comes again. A runner still busy at the busy wait, or not
 exited within its grace, is killed with its group; one that exits in time ended
-cleanly. Each ending is recorded (`sweeper.endings`). With no clean ending (grace 0)
+cleanly. Each ending is recorded (`records.endings`). With no clean ending (grace 0)
 it kills the group at once, as the only way; on any error of its own, it kills the
 group if the worker is gone, and records why.
 
@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, NoReturn, final
 
 from .. import system
-from ..sweeper import endings
-from ..sweeper.endings import Ending
+from ..records import endings
+from ..records.endings import Ending
 from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 from ..system.settings import WEDGE_SECONDS, busy_bound

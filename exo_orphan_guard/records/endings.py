@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,6 +28,7 @@ from typing import Final, Literal, TypeVar, cast, final
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
 from ..system.settings import MAX_BUSY_WAIT_SECONDS, MAX_GRACE_SECONDS
+from . import trust
 from .registry import Registry
 
 ENDINGS_NAME: Final = "endings.jsonl"
@@ -139,17 +139,11 @@ def read(path: Path, boot_id: str) -> list[Ending]:
     """This boot's endings in `path`, oldest first; nothing if the file is missing or
     not trustworthy (another owner, writable by others, a symlink)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        file = trust.open_trusted(path, os.geteuid())
+    except (OSError, ValueError):
         return []
-    with os.fdopen(fd, "rb") as file:
+    with file:
         info = os.fstat(file.fileno())
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        ):
-            return []
         if info.st_size > MAX_READ_BYTES:
             file.seek(info.st_size - MAX_READ_BYTES)
         data = file.read(MAX_READ_BYTES)
