@@ -47,7 +47,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No test reads the developer's toggles or writes to ~/.exo."""
+    """No test reads the developer's toggles or writes to ~/.exo, or keeps an undo
+    record of `patch apply` in the developer's state directory."""
     for name in (
         settings.TOGGLE_ENV,
         settings.STRATEGY_ENV,
@@ -58,6 +59,7 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
         monkeypatch.delenv(name, raising=False)
     registry = tmp_path / "registry"
     monkeypatch.setenv(settings.DIR_ENV, str(registry))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return registry
 
 

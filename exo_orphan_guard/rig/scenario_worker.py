@@ -88,7 +88,8 @@ class WorkerSpec(TypedDict):
 
 
 SHUTDOWN_SECONDS = 1.0
-"""How long a `shutdown` runner's own shutdown takes."""
+"""How long a `shutdown` runner's own shutdown takes (unless SHUTDOWN_SECONDS_ENV)."""
+SHUTDOWN_SECONDS_ENV = "EOG_SCENARIO_SHUTDOWN_SECONDS"
 
 
 def runner_main(
@@ -164,7 +165,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
         from exo_orphan_guard import ending_cleanly
 
         with ending_cleanly():
-            time.sleep(SHUTDOWN_SECONDS)  # the worker is killed meanwhile
+            # The worker is killed meanwhile.
+            time.sleep(float(os.environ.get(SHUTDOWN_SECONDS_ENV, SHUTDOWN_SECONDS)))
         note.write("shut down")
         return
     while kind == "talk":

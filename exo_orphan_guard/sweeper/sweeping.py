@@ -50,6 +50,8 @@ class SweepRequest:
     kill_wait: float
     """Seconds to wait for a SIGKILLed process to be gone."""
     lock_timeout: float
+    on_wait: Callable[[str], None] | None = None
+    """Told one line for each runner the sweep waits for: which, why, until when."""
 
 
 @final
@@ -117,6 +119,7 @@ def sweep(
     any_parent: bool = False,
     all_users: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    on_wait: Callable[[str], None] | None = None,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -130,7 +133,7 @@ def sweep(
 
     `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
     a recorded runner already ending the clean way is first waited for, until its own
-    grace is out.
+    grace is out; `on_wait` gets one line for each, saying which, why and until when.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -143,7 +146,7 @@ def sweep(
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
-    request = SweepRequest(options, dry_run, registry_dir, grace, kill_wait, lock_timeout)
+    request = SweepRequest(options, dry_run, registry_dir, grace, kill_wait, lock_timeout, on_wait)
     return _run(request, warnings, started)
 
 
@@ -329,7 +332,11 @@ def _act(
     journal: FreezeJournal | None,
 ) -> list[KillResult]:
     began = time.monotonic()
-    waits = sweep_endings.patience(verdicts, _latest_endings(registry, table.boot_id), began)
+    before = _latest_endings(registry, table.boot_id)
+    waits = sweep_endings.patience(verdicts, before, began)
+    if request.on_wait is not None:
+        for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
+            request.on_wait(line)
     results = killing.execute(
         _targets(verdicts), table.protected, request.grace, request.kill_wait, journal, waits
     )

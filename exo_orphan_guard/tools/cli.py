@@ -99,7 +99,7 @@ def _judging_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _patch_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("action", choices=("check", "apply", "revert"))
+    command.add_argument("action", choices=("check", "apply", "revert", "export"))
     command.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
     command.add_argument(
         "--source",
@@ -110,6 +110,12 @@ def _patch_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
+    )
+    command.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="export: where the series goes (default: ./orphan-guard-<series>)",
     )
 
 
@@ -171,8 +177,9 @@ _COMMANDS: Final[
         "patch",
         "put the guard's hooks into an exo source tree",
         "Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do "
-        "(a uv lock that failed is a line saying what to run); 2 not an exo tree, no series "
-        "fits, conflicting edits, or a bad --source.",
+        "(a uv lock that failed is a line saying what to run); export: 0 written; 2 not an "
+        "exo tree, no series fits, conflicting edits, a bad --source, or an --out that "
+        "cannot be written.",
         _patch_arguments,
     ),
     (
@@ -267,12 +274,15 @@ def _patch(arguments: argparse.Namespace) -> int:
 
     action: patch_command.Action = arguments.action
     source: Path | None = arguments.source
+    out: Path | None = arguments.out
     for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
         if given and action != "apply":
             raise UsageError(f"{flag} is for apply, not {action}")
+    if out is not None and action != "export":
+        raise UsageError(f"--out is for export, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
     try:
-        return patch_command.run(action, tree, source, lock=not arguments.no_lock)
+        return patch_command.run(action, tree, source, lock=not arguments.no_lock, out=out)
     except patch_command.PatchCommandError as error:
         raise UsageError(str(error)) from error
 
