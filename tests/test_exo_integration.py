@@ -147,6 +147,14 @@ def exo_environment(scratch: Path, *, guard: bool) -> dict[str, str]:
         }
     )
     env.pop(settings.WORKER_ENV, None)
+    # This checkout's package, whatever the shared venv cache's .pth names (another
+    # checkout may have made it): PYTHONPATH comes first.
+    path_dir = scratch / "guard-path"
+    path_dir.mkdir(exist_ok=True)
+    link = path_dir / "exo_orphan_guard"
+    if not link.is_symlink():
+        link.symlink_to(REPO / "exo_orphan_guard")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path_dir), env.get("PYTHONPATH")]))
     return env
 
 
@@ -200,7 +208,13 @@ def test_exos_own_tests_give_the_same_results_patched_on_and_off(
 
 @contextlib.contextmanager
 def exo_worker(
-    tree: Path, venv: Path, version: str, *, guard: bool, grace: float | None = None
+    tree: Path,
+    venv: Path,
+    version: str,
+    *,
+    guard: bool,
+    grace: float | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> Generator[dict[str, Any]]:
     """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
     report also names the registry the runner records itself (and its ending) in."""
@@ -209,6 +223,9 @@ def exo_worker(
     environment = exo_environment(scratch, guard=guard)
     if grace is not None:
         environment[settings.GRACE_ENV] = f"{grace!r}"
+    for name, value in (extra_env or {}).items():
+        joined = [value, environment.get(name, "")] if name == "PYTHONPATH" else [value]
+        environment[name] = os.pathsep.join(filter(None, joined))
     harness = subprocess.Popen(
         [
             str(venv / "bin" / "python"),
@@ -302,6 +319,49 @@ def test_exos_real_runner_runs_its_own_shutdown_when_its_worker_dies(
         else:
             assert gone - killed_at < 1.0, gone - killed_at
             assert ending.how == "killed" and settings.GRACE_ENV in ending.why, ending
+
+
+@versions
+def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_returns(
+    version: str, work: Path, venv_cache: Path, tmp_path: Path
+) -> None:
+    """exo's real runner inside one `mx.eval` of seconds (`exo_support/busy_site`: where
+    exo would run a task, as a prefill chunk would) when its worker is SIGKILLed: it
+    is waited for, and once the eval returns it runs exo's own `Runner.shutdown` and
+    exits by itself. Before the busy wait it was killed 0.5 s after the notice."""
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache, runner=True)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    extra = {
+        "PYTHONPATH": str(SUPPORT / "busy_site"),
+        "EOG_BUSY_EVAL_NOTES": str(notes),
+        settings.BUSY_WAIT_ENV: "60",
+    }
+    grace = 2 * CLEAN_ENDING_BOUND
+    with exo_worker(tree, venv, version, guard=True, grace=grace, extra_env=extra) as report:
+        runner = identity_of(report["runner_pid"])
+        assert runner is not None
+        path = notes / f"{runner.pid}.jsonl"
+        deadline = time.monotonic() + 120.0
+        begun: dict[str, Any] | None = None
+        while begun is None:
+            assert time.monotonic() < deadline, "exo's runner never began a long eval"
+            lines = path.read_text().splitlines() if path.exists() else []
+            sized = [json.loads(line) for line in lines]
+            sized = [n for n in sized if n["event"] == "eval begun" and n["last"] >= 2.5]
+            begun = sized[-1] if sized else None
+            time.sleep(0.05)
+        time.sleep(0.2)
+        killed_at = time.monotonic()
+        os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
+        gone = scenarios.wait_gone([runner], 60.0 + grace)[runner]
+        assert gone is not None, "exo's runner outlived its worker, the busy wait and the grace"
+        ending = ending_of(report["registry"], runner)
+        print(f"\nexo {version} busy: gone {gone - killed_at:.3f} s after the kill, {ending}")
+        assert gone - begun["at"] >= 2.0, "it was not waited for until its eval returned"
+        assert ending is not None and ending.how == "clean", ending
+        assert "its own shutdown" in ending.why, ending
 
 
 @versions

@@ -112,10 +112,14 @@ def rank_main(rank: int, spec: GroupSpec, report: multiprocessing.connection.Con
     total = mx.distributed.all_sum(mx.array([float(rank + 1)]), group=group)  # pyright: ignore
     mx.eval(total)  # pyright: ignore
     held = _hold(mx, spec.get("hold_mb", 0))
-    notes.write("holding", **_mlx_memory(mx))
-    _send(report, RankReport(rank=rank, pid=os.getpid(), event="sum", value=float(total.item())))  # pyright: ignore
     then = spec.get("then", "idle")
+    value = float(total.item())  # pyright: ignore
     try:
+        # Ready is said from inside the block the test inspects: the worker is killed
+        # as soon as every rank has said it, and a WorkerGone that came between the
+        # report and the `try` would unwind outside it, noting nothing.
+        notes.write("holding", **_mlx_memory(mx))
+        _send(report, RankReport(rank=rank, pid=os.getpid(), event="sum", value=value))
         # Steps of a few ms, like a decode step: a signal is handled between two.
         step = held[0][: 2**20]
         while then == "loop":

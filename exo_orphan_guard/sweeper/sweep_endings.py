@@ -55,11 +55,17 @@ def wait_lines(
         until = time.strftime("%H:%M:%S", time.localtime(wall_now + seconds))
         labels = "".join(f" {key}={value}" for key, value in sorted(verdict.labels.items()))
         ending = latest.get(target)
-        why = (
-            "its worker is gone and its clean ending has begun"
-            if ending is not None and ending.event == "begun"
-            else "its worker is gone and its watchdog is about to end it"
-        )
+        if ending is not None and ending.event == "busy":
+            bound = "" if ending.busy_wait is None else f", killed at {ending.busy_wait:g} s"
+            why = (
+                f"its worker is gone; busy in native code "
+                f"{max(0.0, wall_now - ending.at):.0f} s, GIL {ending.gil or 'held or free'}"
+                f"{bound} unless it returns"
+            )
+        elif ending is not None and ending.event == "begun":
+            why = "its worker is gone and its clean ending has begun"
+        else:
+            why = "its worker is gone and its watchdog is about to say how it ends"
         lines.append(
             f"waiting for runner {target.pid}{labels} to end by itself ({why}) until "
             f"{until} ({seconds:.1f} s), then it is stopped"

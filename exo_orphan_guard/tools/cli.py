@@ -62,7 +62,13 @@ def _sweep_arguments(command: argparse.ArgumentParser) -> None:
         type=_seconds,
         metavar="SECONDS",
         help=f"between SIGTERM and SIGKILL (default ${settings.GRACE_ENV} or "
-        f"{settings.DEFAULT_GRACE_SECONDS:g})",
+        f"{settings.DEFAULT_GRACE_SECONDS:g}; with --now, 0)",
+    )
+    command.add_argument(
+        "--now",
+        action="store_true",
+        help="kill at once: do not wait for runners already ending the clean way or busy "
+        "in native code (on macOS a hard kill can strand wired memory until a reboot)",
     )
 
 
@@ -250,15 +256,22 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
     from ..sweeper.sweeping import sweep
 
     dry_run = command == "scan" or bool(arguments.dry_run)
+    now = command == "sweep" and bool(arguments.now)
+    grace: float | None = None if command == "scan" else arguments.grace
+    if now:
+        print(NOW_WARNING, file=sys.stderr, flush=True)
+        grace = 0.0 if grace is None else grace
     try:
         report = sweep(
             dry_run=dry_run,
             registry_dir=arguments.dir,
-            grace=None if command == "scan" else arguments.grace,
+            grace=grace,
             fingerprint=not arguments.registry_only,
             match=arguments.match,
             any_parent=arguments.any_parent,
             all_users=arguments.all_users,
+            wait_for_endings=not now,
+            on_wait=_say_on_stderr,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
@@ -267,6 +280,17 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
     else:
         print(report_format.to_table(report, show_spared=command == "scan" and arguments.all))
     return report.exit_code
+
+
+NOW_WARNING = (
+    "exo-orphan-guard sweep --now: killing without waiting for runners that are ending "
+    "the clean way or busy in native code; on macOS a hard kill of a process holding "
+    "wired Metal memory can strand it until a reboot"
+)
+
+
+def _say_on_stderr(line: str) -> None:
+    print(f"exo-orphan-guard sweep: {line}", file=sys.stderr, flush=True)
 
 
 def _patch(arguments: argparse.Namespace) -> int:
@@ -356,6 +380,7 @@ def _on_hosts(arguments: argparse.Namespace, command: str) -> int:
         if command == "sweep":
             words += ["--dry-run"] if arguments.dry_run else []
             words += ["--grace", f"{arguments.grace!r}"] if arguments.grace is not None else []
+            words += ["--now"] if arguments.now else []
     report = remote.run_on_hosts(hosts, command, words)
     print(remote.to_json(report) if arguments.json else remote.to_text(report))
     return report.exit_code

@@ -38,6 +38,7 @@ from ..records import endings
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
+from .clean_ending import ending_cleanly
 from .runner_watch import arm_watch
 from .tree_kill import kill_verified, verified_descendants, verified_members
 from .worker_gone import WorkerGone
@@ -225,13 +226,21 @@ class _Supervisor:
                 returncode = self._step()
             except WorkerGone:
                 self._parent_gone_at = time.monotonic()
-                self._stop(signal.SIGTERM, "its parent died")
-                continue
+                # The stop is the wrapper's own clean ending: the repeated WorkerGone
+                # must not cut it short (nor send CMD a SIGTERM a second).
+                with ending_cleanly():
+                    self._stop(signal.SIGTERM, "its parent died")
+                    returncode = self._until_exit()
             if returncode is not None:
                 break
         if self._deadline is not None:
             # Stopped on request: what CMD left in its group goes with it.
             self._kill_tree()
+        return returncode
+
+    def _until_exit(self) -> int:
+        while (returncode := self._step()) is None:
+            pass
         return returncode
 
     def _step(self) -> int | None:
