@@ -122,7 +122,13 @@ def _fast_round(
             kinds,
             strategy=strategy,
             registry=registry,
-            extra_env={settings.BACKEND_ENV: backend, settings.GRACE_ENV: grace},
+            # Busy wait 0: the `gil` runner never returns from native code (wedged by
+            # construction), killed at the old 0.5 s bound; busy runners: busy_latency.
+            extra_env={
+                settings.BACKEND_ENV: backend,
+                settings.GRACE_ENV: grace,
+                settings.BUSY_WAIT_ENV: "0",
+            },
             notes=registry / "notes" if clean else None,
         )
 

@@ -60,7 +60,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No test reads the developer's toggles or writes to ~/.exo."""
+    """No test reads the developer's toggles or writes to ~/.exo, or keeps an undo
+    record of `patch apply` in the developer's state directory."""
     for name in (
         settings.TOGGLE_ENV,
         settings.STRATEGY_ENV,
@@ -71,6 +72,11 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
         monkeypatch.delenv(name, raising=False)
     registry = tmp_path / "registry"
     monkeypatch.setenv(settings.DIR_ENV, str(registry))
+    # The watch's tests time runners that never come back from native code (`gil`,
+    # `deaf`): wedged by construction, ended at the old 0.5 s bound. The tests of the
+    # busy wait set their own (tests/test_busy_ending.py, tests/test_sweep_busy.py).
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "0")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return registry
 
 

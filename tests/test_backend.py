@@ -144,3 +144,35 @@ def test_psutil_status_words_are_the_snapshots() -> None:
     from exo_orphan_guard.system import process_facts
 
     assert (process_facts.ZOMBIE, process_facts.DEAD) == (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
+def test_every_call_about_a_gone_process_answers_without_raising() -> None:
+    """The error contract (`system`'s docstring): what cannot be told is None, a list
+    holds what could be read, and nothing raises for a process that is gone."""
+    gone = 2**22 + 1  # above any pid_max: never a process
+    answers = {
+        "read_start": system.read_start(gone),
+        "parent_pid": system.parent_pid(gone),
+        "process_details": system.process_details(gone),
+        "effective_uid": system.effective_uid(gone),
+        "owner_and_argv": system.owner_and_argv(gone),
+        "exe_and_argv": system.exe_and_argv(gone),
+        "thread_count": system.thread_count(gone),
+        "stuck_state": system.stuck_state(gone),
+        "is_stopped": system.is_stopped(gone),
+        "memory_usage": system.memory_usage(gone),
+        "pipe_inodes": system.pipe_inodes(gone),
+        "process_group": system.process_group(gone),
+        "child_pids": system.child_pids(gone),
+        "descendants": system.descendants(gone),
+        "group_members": system.group_members([gone]),
+    }
+    assert answers == {
+        name: [] if name in ("child_pids", "descendants", "group_members") else None
+        for name in answers
+    }
+    if system.BACKEND == "linux":
+        assert system.environment_value(gone, "PATH") is None
+    else:  # another process's environment is never readable here: it may be set
+        with pytest.raises(PermissionError):
+            system.environment_value(gone, "PATH")

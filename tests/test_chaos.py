@@ -1,11 +1,11 @@
 """Chaos: workers SIGKILLed at random moments, sweeps running meanwhile, then one sweep.
 
 Workers die before they spawn, while runners start up, while runners sit in a
-GIL-held native call, and while sweeps are running: two at once, each matching the
-other's command line, and now and then a third SIGKILLed midway (mid-freeze, at
-times). Afterwards no runner may be left, no decoy harmed, nothing left stopped.
-Bounded: 200 rounds, about a minute on 2 cores (EOG_CHAOS_ROUNDS sets another number:
-`make test` runs fewer, `make test-full` 200; docs/testing.md has the measurement).
+GIL-held native call (one that returns, or not), and while sweeps are running: two
+at once, each matching the other's command line, and now and then a third SIGKILLed
+midway (mid-freeze, at times). Afterwards no runner may be left, no decoy harmed,
+nothing left stopped. Bounded: 200 rounds, about a minute on 2 cores
+(`EOG_CHAOS_ROUNDS` sets another number; docs/testing.md has why `make test` keeps 200).
 """
 
 from __future__ import annotations
@@ -42,9 +42,23 @@ from tests.helpers.processes import carrying, kill_all, make_fake_exo_environmen
 ROUNDS = int(os.environ.get("EOG_CHAOS_ROUNDS") or 200)
 PARALLEL = 8
 TAG_VARIABLE = "EOG_CHAOS"
-KINDS: list[RunnerKind] = ["idle", "gil", "child", "late", "deaf", "catch", "hang"]
-"""Clean endings (idle, child, catch), wedged ones (gil, deaf), hanging ones (hang)."""
+KINDS: list[RunnerKind] = [
+    "idle",
+    "gil",
+    "child",
+    "late",
+    "deaf",
+    "catch",
+    "hang",
+    "gilbusy",
+    "swallow",
+]
+"""Clean endings (idle, child, catch), busy ones that return (gilbusy: native code
+holding the GIL for 1.5 s, every signal blocked), one that swallows the first
+WorkerGone (swallow), wedged ones (gil, deaf: killed at the busy wait), hanging ones
+(hang)."""
 GRACE = "1.5"
+BUSY_WAIT = "2.0"
 CHAOS_STRATEGIES: tuple[settings.Strategy, ...] = (
     "auto",
     "pidfd",
@@ -181,6 +195,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         env = scenarios.scenario_environment(watch, strategy, isolated_environment)
         env[TAG_VARIABLE] = tag
         env[settings.GRACE_ENV] = GRACE
+        env[settings.BUSY_WAIT_ENV] = BUSY_WAIT
         moment = rng.choice(["before spawn", "start-up", "armed"])
         env["EOG_CHAOS_ROUND"] = f"{number}:{watch}:{strategy}:{','.join(kinds)}:{moment}"
         worker = subprocess.Popen(

@@ -1,8 +1,9 @@
 """The clean ending on real processes: a runner whose worker is SIGKILLed gets
 `WorkerGone` on its main thread and exits by itself; one that cannot begin (its main
-thread in native code holding the GIL) is killed 0.5 s after the notice, one that
-hangs at the grace; with grace 0 it is killed at once; while the worker lives nothing
-changes. How each ended is read back from the registry's endings."""
+thread in native code holding the GIL, with `EXO_ORPHAN_GUARD_BUSY_WAIT=0`) is killed
+0.5 s after the notice, one whose own clean-up hangs at the grace; with grace 0 it is
+killed at once; while the worker lives nothing changes. How each ended is read back
+from the registry's endings. Runners busy in native code: tests/test_busy_ending.py."""
 
 from __future__ import annotations
 
@@ -56,11 +57,27 @@ class Ended:
         }
         self.endings = _endings(registry, [runner.identity for runner in worker.runners])
         self.by_kind = {runner.kind: runner.identity for runner in worker.runners}
+        self.registry = registry
 
     def ending(self, kind: RunnerKind) -> endings.Ending:
         ending = self.endings.get(self.by_kind[kind])
         assert ending is not None, f"no ending recorded for the {kind} runner"
         return ending
+
+    def busy(self, kind: RunnerKind) -> endings.Ending | None:
+        """The last `busy` line its watchdog wrote, if any (`busy_lines`: all)."""
+        lines = self.busy_lines(kind)
+        return lines[-1] if lines else None
+
+    def busy_lines(self, kind: RunnerKind) -> list[endings.Ending]:
+        path = host_directory(self.registry) / endings.ENDINGS_NAME
+        identity = self.by_kind[kind]
+        lines = [
+            ending
+            for ending in endings.read(path, system.boot_id())
+            if ending.identity == identity and ending.event == "busy"
+        ]
+        return lines
 
 
 def _endings(
@@ -132,9 +149,13 @@ def test_what_a_clean_runner_started_goes_with_it(
 
 
 @pytest.mark.usefixtures("graced")
-def test_a_wedged_runner_is_killed_half_a_second_after_the_notice(
-    start_worker: StartWorker, notes: Path, isolated_environment: Path
+def test_with_busy_wait_zero_a_runner_in_native_code_is_killed_half_a_second_after_the_notice(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "0")
     ended = end_worker(start_worker, ["gil", "deaf"], notes, isolated_environment)
     for kind in ("gil", "deaf"):
         after = ended.after[kind]
@@ -142,7 +163,8 @@ def test_a_wedged_runner_is_killed_half_a_second_after_the_notice(
         assert settings.WEDGE_SECONDS <= after < settings.WEDGE_SECONDS + 0.5, (kind, after)
         assert ended.notes[kind] == []  # its main thread never ran Python again
         ending = ended.ending(kind)
-        assert ending.how == "killed" and ending.why.startswith("wedged"), ending
+        assert ending.how == "killed" and ending.why.startswith("busy in native code"), ending
+        assert ending.why.endswith("(GIL held)"), ending
 
 
 @pytest.mark.usefixtures("graced")

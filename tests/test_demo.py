@@ -118,9 +118,16 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
     assert "No orphans left." in sections["2"]
     assert re.search(r"\(idle\): gone \d+ ms after the kill: ended cleanly", sections["2"])
     assert re.search(
-        r"\(holding the GIL in native code\): gone \d+ ms after the kill: killed as wedged",
+        r"\(holding the GIL in native code, never returning\): gone \d+ ms after the kill: "
+        r"killed as wedged",
         sections["2"],
     )
+    assert re.search(
+        r"\(inside one long mx.eval\): gone \d+ ms after the kill, \d+ ms after its call "
+        r"returned: ended cleanly, by itself",
+        sections["2"],
+    ), sections["2"]
+    assert "(busy in native code for 8.0 s (GIL held))" in sections["2"]
     assert "guard on:  the rank was gone" in sections["3"]
     sweep = sections["4"]
     if "another sweep running on this machine took" in sweep:

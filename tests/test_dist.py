@@ -54,8 +54,11 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
     assert "exo-orphan-guard = exo_orphan_guard.tools.cli:entry_point" in entry_points
     assert "exo_orphan_guard/py.typed" in names
     for series in patching.load_series():
+        directory = f"exo_orphan_guard/exo/patches/{'earlier/' if series.earlier else ''}"
         for patch_name, _ in series.diffs:
-            assert f"exo_orphan_guard/exo/patches/{series.name}/{patch_name}" in names
+            assert f"{directory}{series.name}/{patch_name}" in names
+        if not series.earlier:
+            assert f"{directory}{series.name}/{patching.COVER_LETTER}" in names
 
 
 def test_the_sdist_builds_the_same_package(dist: Dist) -> None:

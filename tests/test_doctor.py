@@ -52,10 +52,12 @@ def statuses(facts: doctor.NodeFacts) -> dict[str, str]:
 def test_a_healthy_node() -> None:
     assert statuses(HEALTHY) == {
         "guard": "OK",
+        "settings": "OK",
         "exo patch": "SKIP",
         "orphans": "OK",
         "unkillable": "OK",
         "hard kills": "OK",
+        "endings under way": "OK",
         "registry": "OK",
         "queue pairs": "OK",
         "wired memory": "SKIP",
@@ -152,3 +154,23 @@ def test_clean_endings_alone_are_fine() -> None:
         if c.name == "hard kills"
     ]
     assert check.status == "OK" and "1 runner(s) ended cleanly" in check.detail
+
+
+def test_doctor_shows_both_bounds_in_force_and_any_bad_value() -> None:
+    grace = settings.parse_grace("abc")
+    busy_wait = settings.parse_busy_wait("30")
+    checks = doctor.assess(dataclasses.replace(HEALTHY, grace=grace, busy_wait=busy_wait))
+    (check,) = [c for c in checks if c.name == "settings"]
+    assert check.status == "WARN", check
+    assert f"{settings.GRACE_ENV} 10 s" in check.detail and "'abc'" in check.detail
+    assert f"{settings.BUSY_WAIT_ENV} 30 s" in check.detail
+    assert check.figures == {"grace_s": 10.0, "busy_wait_s": 30.0}
+
+
+def test_doctor_on_this_machine_names_a_bad_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.GRACE_ENV, "abc")
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "2000")
+    (check,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "settings"]
+    assert check.status == "WARN"
+    assert "EXO_ORPHAN_GUARD_GRACE='abc'" in check.detail
+    assert "EXO_ORPHAN_GUARD_BUSY_WAIT='2000'" in check.detail

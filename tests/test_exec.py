@@ -437,3 +437,63 @@ def test_control_without_stdin_hup_a_closed_stdin_changes_nothing(
     process.terminate()
     assert process.wait(timeout=10) == 128 + signal.SIGTERM
     assert gone_within(tree, 1.0)
+
+
+# --- the parent's death: one stop, not one a second ---------------------------------
+
+SLOW_TO_STOP = (
+    "import os, signal, sys, time\n"
+    "terms = []\n"
+    "def on(number, frame):\n"
+    "    terms.append(time.monotonic())\n"
+    "    with open(sys.argv[1], 'a') as file:\n"
+    "        file.write('SIGTERM\\n')\n"
+    "signal.signal(signal.SIGTERM, on)\n"
+    "print(os.getpid(), flush=True)\n"
+    "while not terms or time.monotonic() - terms[0] < 2.5:\n"
+    "    time.sleep(0.05)\n"
+    "sys.exit(0)\n"
+)
+PARENT = (
+    "import subprocess, sys\n"
+    "wrapper = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, text=True)\n"
+    "print(wrapper.pid, wrapper.stdout.readline().strip(), flush=True)\n"
+    "wrapper.wait()\n"
+)
+
+
+def test_the_parents_death_stops_the_command_once_however_long_it_takes(
+    tmp_path: Path, wrapped: list[subprocess.Popen[str]]
+) -> None:
+    """The wrapper's stop after its parent died is its own clean ending: the watch's
+    WorkerGone, raised again once a second until the wrapper exits, must not send a
+    command that takes 2.5 s to stop a SIGTERM a second (it sent three)."""
+    log = tmp_path / "terms"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PARENT,
+            *WRAPPER,
+            "--",
+            sys.executable,
+            "-c",
+            SLOW_TO_STOP,
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "EXO_ORPHAN_GUARD": "1"},
+    )
+    wrapped.append(parent)
+    assert parent.stdout is not None
+    wrapper_pid, command_pid = (int(word) for word in parent.stdout.readline().split())
+    wrapper, command = identity_of(wrapper_pid), identity_of(command_pid)
+    assert wrapper is not None and command is not None
+    try:
+        parent.kill()
+        parent.wait()
+        assert gone_within([command, wrapper], 6.0)
+        assert log.read_text().splitlines() == ["SIGTERM"]
+    finally:
+        kill_all([command, wrapper])

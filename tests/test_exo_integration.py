@@ -12,6 +12,7 @@ Each test works on throw-away copies of exo at the two supported commits, in Pyt
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -60,7 +61,7 @@ pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reaso
 versions = pytest.mark.parametrize("version", list(COMMITS))
 
 
-def _exo_src() -> Path:
+def exo_src() -> Path:
     value = os.environ.get("EXO_SRC", "").strip()
     if not value:
         pytest.skip(
@@ -72,7 +73,7 @@ def _exo_src() -> Path:
     return path
 
 
-def _mlx_lm_src() -> Path:
+def mlx_lm_src() -> Path:
     value = os.environ.get("MLX_LM_SRC", "").strip()
     if not value:
         pytest.skip(f"MLX_LM_SRC is not set, so exo's runner cannot load: {HOW_TO_RUN}")
@@ -91,7 +92,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
     """A fresh copy of exo at `version`'s commit; with the series applied if asked."""
-    source = _exo_src()
+    source = exo_src()
     target = work / f"{version}-{'patched' if patched else 'pristine'}"
     if not target.exists():
         target.mkdir()
@@ -110,17 +111,20 @@ def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
 def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
     command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(cache)]
     if runner:
-        command += ["--runner", str(_mlx_lm_src())]
+        command += ["--runner", str(mlx_lm_src())]
     built = subprocess.run(command, capture_output=True, text=True, check=False)
     if built.returncode != 0:
         pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
     venv = Path(built.stdout.strip().splitlines()[-1])
     # exo_orphan_guard from this checkout, and nothing else of it (no `tests` package
-    # to shadow exo's); psutil, anyio and loguru are exo's own dependencies.
-    path_dir = cache / "exo-orphan-guard-path"
+    # to shadow exo's); psutil, anyio and loguru are exo's own dependencies. One
+    # directory per checkout: checkouts that share a cache must not share a link.
+    key = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
+    path_dir = cache / "exo-orphan-guard-path" / key
     path_dir.mkdir(parents=True, exist_ok=True)
     link = path_dir / "exo_orphan_guard"
-    if not link.is_symlink():
+    if not link.is_symlink() or link.resolve() != (REPO / "exo_orphan_guard").resolve():
+        link.unlink(missing_ok=True)
         link.symlink_to(REPO / "exo_orphan_guard")
     (site_packages,) = venv.glob("lib/python3.*/site-packages")
     (site_packages / "exo_orphan_guard_checkout.pth").write_text(f"{path_dir}\n")
@@ -143,10 +147,24 @@ def exo_environment(scratch: Path, *, guard: bool) -> dict[str, str]:
         }
     )
     env.pop(settings.WORKER_ENV, None)
+    # This checkout's package, whatever the shared venv cache's .pth names (another
+    # checkout may have made it): PYTHONPATH comes first.
+    path_dir = scratch / "guard-path"
+    path_dir.mkdir(exist_ok=True)
+    link = path_dir / "exo_orphan_guard"
+    if not link.is_symlink():
+        link.symlink_to(REPO / "exo_orphan_guard")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path_dir), env.get("PYTHONPATH")]))
     return env
 
 
-def run_exo_tests(tree: Path, venv: Path, version: str, *, guard: bool) -> dict[str, int]:
+SERIES_TESTS = ["src/exo/worker/tests/unittests/test_plan/test_connect_to_group.py"]
+"""exo tests the series adds (patch 0003): left out where results are compared."""
+
+
+def run_exo_tests(
+    tree: Path, venv: Path, version: str, *, guard: bool, tests: list[str] | None = None
+) -> dict[str, int]:
     with tempfile.TemporaryDirectory(prefix="eog-exo-tests-") as scratch:
         completed = subprocess.run(
             [
@@ -156,7 +174,7 @@ def run_exo_tests(tree: Path, venv: Path, version: str, *, guard: bool) -> dict[
                 "-q",
                 "-p",
                 "no:cacheprovider",
-                *EXO_OWN_TESTS[version],
+                *(tests or [*EXO_OWN_TESTS[version], *(f"--ignore={t}" for t in SERIES_TESTS)]),
             ],
             cwd=tree,
             env=exo_environment(Path(scratch), guard=guard),
@@ -183,11 +201,20 @@ def test_exos_own_tests_give_the_same_results_patched_on_and_off(
     on = run_exo_tests(patched, patched_venv, version, guard=True)
     assert baseline == off == on, (baseline, off, on)
     assert "failed" not in baseline and "error" not in baseline
+    for guard in (False, True):
+        added = run_exo_tests(patched, patched_venv, version, guard=guard, tests=SERIES_TESTS)
+        assert added == {"passed": 2}, added
 
 
 @contextlib.contextmanager
 def exo_worker(
-    tree: Path, venv: Path, version: str, *, guard: bool, grace: float | None = None
+    tree: Path,
+    venv: Path,
+    version: str,
+    *,
+    guard: bool,
+    grace: float | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> Generator[dict[str, Any]]:
     """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
     report also names the registry the runner records itself (and its ending) in."""
@@ -196,6 +223,9 @@ def exo_worker(
     environment = exo_environment(scratch, guard=guard)
     if grace is not None:
         environment[settings.GRACE_ENV] = f"{grace!r}"
+    for name, value in (extra_env or {}).items():
+        joined = [value, environment.get(name, "")] if name == "PYTHONPATH" else [value]
+        environment[name] = os.pathsep.join(filter(None, joined))
     harness = subprocess.Popen(
         [
             str(venv / "bin" / "python"),
@@ -292,6 +322,49 @@ def test_exos_real_runner_runs_its_own_shutdown_when_its_worker_dies(
 
 
 @versions
+def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_returns(
+    version: str, work: Path, venv_cache: Path, tmp_path: Path
+) -> None:
+    """exo's real runner inside one `mx.eval` of seconds (`exo_support/busy_site`: where
+    exo would run a task, as a prefill chunk would) when its worker is SIGKILLed: it
+    is waited for, and once the eval returns it runs exo's own `Runner.shutdown` and
+    exits by itself. Before the busy wait it was killed 0.5 s after the notice."""
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache, runner=True)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    extra = {
+        "PYTHONPATH": str(SUPPORT / "busy_site"),
+        "EOG_BUSY_EVAL_NOTES": str(notes),
+        settings.BUSY_WAIT_ENV: "60",
+    }
+    grace = 2 * CLEAN_ENDING_BOUND
+    with exo_worker(tree, venv, version, guard=True, grace=grace, extra_env=extra) as report:
+        runner = identity_of(report["runner_pid"])
+        assert runner is not None
+        path = notes / f"{runner.pid}.jsonl"
+        deadline = time.monotonic() + 120.0
+        begun: dict[str, Any] | None = None
+        while begun is None:
+            assert time.monotonic() < deadline, "exo's runner never began a long eval"
+            lines = path.read_text().splitlines() if path.exists() else []
+            sized = [json.loads(line) for line in lines]
+            sized = [n for n in sized if n["event"] == "eval begun" and n["last"] >= 2.5]
+            begun = sized[-1] if sized else None
+            time.sleep(0.05)
+        time.sleep(0.2)
+        killed_at = time.monotonic()
+        os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
+        gone = scenarios.wait_gone([runner], 60.0 + grace)[runner]
+        assert gone is not None, "exo's runner outlived its worker, the busy wait and the grace"
+        ending = ending_of(report["registry"], runner)
+        print(f"\nexo {version} busy: gone {gone - killed_at:.3f} s after the kill, {ending}")
+        assert gone - begun["at"] >= 2.0, "it was not waited for until its eval returned"
+        assert ending is not None and ending.how == "clean", ending
+        assert "its own shutdown" in ending.why, ending
+
+
+@versions
 @pytest.mark.machine_wide
 def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
     version: str, work: Path, venv_cache: Path, tmp_path: Path
@@ -322,13 +395,15 @@ def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
         assert all(killed.target not in trackers for killed in swept.results)
 
 
-def run_check(script: str, version: str, work: Path, venv_cache: Path) -> dict[str, object]:
+def run_check(
+    script: str, version: str, work: Path, venv_cache: Path, *options: str
+) -> dict[str, object]:
     """Run one of tests/exo_support's checks in a patched exo tree; its JSON verdict."""
     tree = exo_tree(work, version, patched=True)
     venv = exo_venv(tree, venv_cache)
     with tempfile.TemporaryDirectory(prefix="eog-exo-check-") as scratch:
         completed = subprocess.run(
-            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version],
+            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version, *options],
             cwd=tree,
             env=exo_environment(Path(scratch), guard=True),
             capture_output=True,
@@ -355,6 +430,27 @@ def test_connect_to_group_sweeps_through_exos_real_worker(
         "orphan_killed": True,
         "own_runner_alive": True,
         "sweep_before_forward": True,
+    }
+
+
+@versions
+@pytest.mark.machine_wide
+def test_the_workers_plan_loop_is_not_stalled_while_an_orphan_is_waited_for(
+    version: str, work: Path, venv_cache: Path
+) -> None:
+    """A leftover runner ending cleanly is waited for before ConnectToGroup; meanwhile
+    exo's real plan_step serves another instance (LoadModel), and the ConnectToGroup
+    starts once, after the orphan is gone. With the earlier release's patch (the sweep
+    awaited inside plan_step) LoadModel came only after the orphan was gone."""
+    result = run_check("connect_to_group_check.py", version, work, venv_cache, "--busy-orphan")
+    assert result == {
+        **result,
+        "connect_to_group_forwarded": True,
+        "orphan_killed": True,
+        "sweep_before_forward": True,
+        "connect_to_group_once": True,
+        "other_instance_served_while_waiting": True,
+        "wait_logged": True,
     }
 
 

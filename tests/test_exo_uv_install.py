@@ -28,7 +28,7 @@ from .helpers.dist import Dist, built_dist, wheelhouse
 from .test_patching import build_tree, snapshot
 
 UV = Path(sys.executable).parent / "uv"
-SERIES = next(series for series in patching.load_series() if series.name == "v1.0.71")
+SERIES = next(s for s in patching.load_series() if s.name == "v1.0.71" and not s.earlier)
 
 EXO_LIKE_PYPROJECT = """\
 [project]
@@ -116,6 +116,7 @@ def uv_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         UV_PYTHON_DOWNLOADS="never",
     )
     environment.pop("VIRTUAL_ENV", None)
+    environment["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))  # undo records
     return environment
 
 
@@ -186,9 +187,10 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
 
     checked = cli(uv_environment, "patch", "check", "--exo", str(tree))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    _, source_line, lock_line = checked.stdout.splitlines()
+    _, source_line, lock_line, undo_line = checked.stdout.splitlines()
     assert source_line == f"source: {source}"
     assert lock_line.startswith("uv.lock: current (Resolved ")
+    assert undo_line.startswith("undo record: ")
 
     # exo's app build step, as the series patches it.
     uv(tree, uv_environment, "sync", "--locked", "--extra", "orphan-guard")
@@ -231,7 +233,7 @@ def test_without_a_source_apply_says_what_to_run_and_the_lock_failure_in_one_lin
     applied = cli(uv_environment, "patch", "apply", "--exo", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     series, source, lock = applied.stdout.splitlines()
-    assert series.startswith("series v1.0.71 (9 files) applied")
+    assert series.startswith(f"series v1.0.71 ({len(SERIES.files)} files) applied")
     assert "resolves only once exo-orphan-guard is on your package index" in source
     assert f"exo-orphan-guard patch apply --exo {tree} --source " in source
     assert lock.startswith("uv.lock: uv lock failed, the patch stays applied: error: ")
@@ -262,4 +264,4 @@ def test_a_lock_changed_after_apply_is_left_alone_by_revert(
     )
     assert (tree / "uv.lock").read_bytes() == edited
     assert (tree / "pyproject.toml").read_bytes() == original_pyproject
-    assert not (tree / uv_project.UNDO_FILE).exists()
+    assert not uv_project.undo_path(tree).exists()

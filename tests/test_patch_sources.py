@@ -3,6 +3,8 @@ patches' pre-image lines (tests/test_patching.py). uv itself: test_exo_uv_instal
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +17,7 @@ from exo_orphan_guard.tools import cli
 from .test_patching import build_tree, snapshot
 
 SERIES = next(series for series in patching.load_series() if series.name == "main")
+GIT = shutil.which("git") or "git"  # found before no_uv empties PATH
 PYPROJECT = b"""[project]
 name = "exo"
 
@@ -36,6 +39,14 @@ def exo_tree(root: Path) -> Path:
     build_tree(tree, SERIES)
     (tree / "pyproject.toml").write_bytes(PYPROJECT)
     return tree
+
+
+@pytest.fixture(autouse=True)
+def state_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Where the undo record of a tree that is not a git checkout goes."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    return state
 
 
 @pytest.fixture
@@ -76,10 +87,18 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     ]
     pyproject = (tree / "pyproject.toml").read_bytes()
     assert uv_project.declared_source(pyproject) == str(wheel)
-    assert (tree / uv_project.UNDO_FILE).exists()
+    assert uv_project.undo_path(tree).exists()
+    assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()
 
     code, out, _ = run(capsys, "patch", "check", "--exo", str(tree))
-    assert (code, out[1:]) == (0, [f"source: {wheel}", "uv.lock: not checked (uv is not on PATH)"])
+    assert (code, out[1:]) == (
+        0,
+        [
+            f"source: {wheel}",
+            "uv.lock: not checked (uv is not on PATH)",
+            f"undo record: {uv_project.undo_path(tree)} (what revert puts back)",
+        ],
+    )
 
     (tree / "uv.lock").write_bytes(b"version = 1\n# what uv lock would have written\n")
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
@@ -97,13 +116,15 @@ def test_without_a_readable_undo_record_revert_leaves_source_and_lock_and_says_s
     tree = exo_tree(tmp_path)
     (tree / "uv.lock").write_bytes(b"version = 1\n")
     run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
-    (tree / uv_project.UNDO_FILE).write_text('{"uv.lock": {"before": "%%%", "after_sha256": ""}}')
+    uv_project.undo_path(tree).write_text('{"uv.lock": {"before": "%%%", "after_sha256": ""}}')
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
     assert code == 0
-    assert out[0].startswith("source: no record of what apply changed (.orphan-guard-undo.json)")
+    assert out[0].startswith(
+        f"source: no record of what apply changed ({uv_project.undo_path(tree)})"
+    )
     assert out[1].endswith("reverted in " + str(tree)) and len(out) == 2
     assert uv_project.declared_source((tree / "pyproject.toml").read_bytes()) == str(wheel)
-    assert not (tree / uv_project.UNDO_FILE).exists()
+    assert not uv_project.undo_path(tree).exists()
 
 
 def test_a_second_apply_with_another_source_replaces_the_entry_and_revert_still_restores(
@@ -204,3 +225,58 @@ def _project(path: Path, name: str) -> Path:
     path.mkdir()
     (path / "pyproject.toml").write_text(f'[project]\nname = "{name}"\n')
     return path
+
+
+def test_the_undo_record_of_a_git_checkout_is_in_its_git_directory_and_git_status_is_clean(
+    tmp_path: Path, wheel: Path, no_uv: None, capsys: pytest.CaptureFixture[str], state_home: Path
+) -> None:
+    tree = exo_tree(tmp_path)
+    (tree / "uv.lock").write_bytes(b"version = 1\n")
+    git = [GIT, "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "exo"], check=True)
+    run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
+    assert uv_project.undo_path(tree) == tree / ".git" / uv_project.UNDO_NAME
+    assert uv_project.undo_path(tree).is_file() and not state_home.exists()
+    status = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=all"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    changed = {line[3:] for line in status}
+    created = {diff.path for _, diff in SERIES.diffs if diff.old_path is None}
+    assert all(line.startswith((" M", "M ")) for line in status if line[3:] not in created), status
+    assert changed <= {*SERIES.files, "pyproject.toml"}
+    code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
+    assert code == 0 and out[0] == "source: exo-orphan-guard entry removed"
+    assert not uv_project.undo_path(tree).exists()
+
+
+def test_a_worktree_keeps_its_undo_record_in_the_git_directory_its_git_file_names(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "tree"
+    gitdir = tmp_path / "repo.git" / "worktrees" / "tree"
+    gitdir.mkdir(parents=True)
+    tree.mkdir()
+    (tree / ".git").write_text(f"gitdir: {gitdir}\n")
+    assert uv_project.undo_path(tree) == gitdir / uv_project.UNDO_NAME
+
+
+def test_a_record_left_in_the_tree_by_an_earlier_release_is_read_and_moved_out(
+    tmp_path: Path, wheel: Path, no_uv: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = exo_tree(tmp_path)
+    before = snapshot(tree)
+    run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
+    # What 0.1.0 left: the same record, at the root of the tree.
+    uv_project.undo_path(tree).rename(tree / uv_project.LEGACY_UNDO_FILE)
+    code, out, _ = run(capsys, "patch", "check", "--exo", str(tree))
+    assert code == 0
+    assert out[-1] == f"undo record: {tree / uv_project.LEGACY_UNDO_FILE} (what revert puts back)"
+    code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
+    assert (code, out[0]) == (0, "source: exo-orphan-guard entry removed")
+    assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()
+    assert snapshot(tree) == before

@@ -3,6 +3,8 @@ own pre-image lines (what each hunk expects to find), with filler in between."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from exo_orphan_guard.exo.patch_format import (
 )
 from exo_orphan_guard.tools import cli
 
-SERIES = patching.load_series()
+SERIES = [series for series in patching.load_series() if not series.earlier]
 SERIES_NAMES = [series.name for series in SERIES]
 RUNNERS = {
     "main": ("src/exo/worker/runner/runner.py",),
@@ -83,17 +85,20 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
         "src/exo/worker/orphan_guard.py",
         "src/exo/worker/runner/bootstrap.py",
         "src/exo/worker/main.py",
+        "src/exo/worker/plan.py",  # it skips an instance whose ConnectToGroup waits
+        "src/exo/worker/tests/unittests/test_plan/test_connect_to_group.py",  # and its test
         patching.SERIES_MARKERS[series.name],  # the supervisor: failure diagnosis
         "pyproject.toml",
         ".github/workflows/build-app.yml",  # the app build syncs the extra
         "justfile",  # so does `just build-app`
+        "packaging/pyinstaller/exo.spec",  # the app bundles the package
         *RUNNERS[series.name],  # their shutdown is not interrupted by the worker's death
     }
     modules = {
         b"".join(diff.hunks[0].new_lines)
         for loaded in SERIES
         for _, diff in loaded.diffs
-        if diff.old_path is None
+        if diff.old_path is None and diff.path == "src/exo/worker/orphan_guard.py"
     }
     assert len(modules) == 1
 
@@ -108,7 +113,7 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     applied = snapshot(tmp_path)
     assert applied != original and "src/exo/worker/orphan_guard.py" in applied
     assert b'orphan-guard = ["exo-orphan-guard"]' in applied["pyproject.toml"]
-    assert b"case ConnectToGroup():" in applied["src/exo/worker/main.py"]
+    assert b"case ConnectToGroup() if orphan_guard.guarding():" in applied["src/exo/worker/main.py"]
     assert b"uv sync --locked --extra orphan-guard\n" in applied[".github/workflows/build-app.yml"]
     assert patching.apply(tmp_path) == (status, False)
     assert snapshot(tmp_path) == applied
@@ -244,3 +249,90 @@ def test_no_newline_at_end_of_file_is_kept() -> None:
 def test_malformed_diffs_are_rejected(garbage: bytes) -> None:
     with pytest.raises(PatchFormatError):
         parse_unified_diff(garbage)
+
+
+def test_each_shipped_patch_is_a_format_patch_with_a_subject_and_a_message() -> None:
+    for name in SERIES_NAMES:
+        directory = patching.PATCHES_DIR / name
+        patches = patching.patch_files(directory)
+        assert len(patches) == 7 and (directory / patching.COVER_LETTER).is_file()
+        for number, patch in enumerate(patches, start=1):
+            text = patch.read_text()
+            head, _, _ = text.partition("\n---\n")
+            lines = head.splitlines()
+            assert lines[0].startswith("From ") and lines[1].startswith("From: "), patch
+            subject = next(line for line in lines if line.startswith("Subject: "))
+            assert subject.startswith(f"Subject: [PATCH {number}/7] "), patch
+            body = head.split("\n\n", 1)[1]
+            assert len(body.split()) > 30, f"{patch}: the message says too little"
+
+
+def test_the_earlier_release_series_are_kept_for_revert() -> None:
+    earlier = [series for series in patching.load_series() if series.earlier]
+    assert sorted(series.name for series in earlier) == sorted(SERIES_NAMES)
+
+
+@pytest.mark.parametrize("name", SERIES_NAMES)
+def test_the_hooks_module_passes_ruff_with_exos_rules(tmp_path: Path, name: str) -> None:
+    """The cheap part of tests/test_exo_checks.py: the module the series creates, as it
+    ends up, under exo's ruff rules (this checkout's ruff, not exo's 0.14.11)."""
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.skip(f"no ruff beside {sys.executable}")
+    series = next(s for s in SERIES if s.name == name)
+    build_tree(tmp_path / "exo", series)
+    patching.apply(tmp_path / "exo", SERIES)
+    module = tmp_path / "exo" / "src" / "exo" / "worker" / "orphan_guard.py"
+    (tmp_path / "exo" / "pyproject.toml").write_text(
+        '[tool.ruff.lint]\nextend-select = ["I", "N", "B", "A", "PIE", "SIM"]\n'
+        '[tool.ruff.lint.isort]\nknown-first-party = ["exo"]\n'
+    )
+    for command in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [str(ruff), *command, "--no-cache", str(module)],
+            cwd=tmp_path / "exo",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+EARLIER = {series.name: series for series in patching.load_series() if series.earlier}
+
+
+def test_a_tree_an_earlier_release_patched_is_named_and_reverted_byte_for_byte(
+    tmp_path: Path, series: patching.Series, capsys: pytest.CaptureFixture[str]
+) -> None:
+    earlier = EARLIER[series.name]
+    original = build_tree(tmp_path, earlier)
+    patching._change(tmp_path, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
+    status = patching.check(tmp_path)
+    assert status.series == earlier and status.state == "applied"
+    assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line == f"series {series.name} (an earlier release's) fits {tmp_path}: applied"
+    status, changed = patching.revert(tmp_path)
+    assert changed and status.series == earlier
+    assert snapshot(tmp_path) == original
+
+
+def test_export_writes_the_series_and_its_cover_letter_and_says_why(
+    tmp_path: Path, series: patching.Series, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = tmp_path / "exo"
+    build_tree(tree, series)
+    out = tmp_path / "out"
+    assert cli.main(["patch", "export", "--exo", str(tree), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marker = patching.SERIES_MARKERS[series.name]
+    assert (
+        lines[0] == f"series {series.name}: {tree} has {marker}, which only exo {series.name} has"
+    )
+    assert lines[1] == f"state in {tree}: not applied (series {series.name})"
+    directory = patching.PATCHES_DIR / series.name
+    written = sorted(path.name for path in out.iterdir())
+    assert written == sorted(path.name for path in directory.glob("*.patch"))
+    assert all((out / name).read_bytes() == (directory / name).read_bytes() for name in written)
+    assert cli.main(["patch", "apply", "--exo", str(tree), "--out", str(out)]) == 2
+    assert "--out is for export" in capsys.readouterr().err

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from exo_orphan_guard.records import trust
 from exo_orphan_guard.records.registry import (
     MAX_RECORD_BYTES,
     Registry,
     RunnerRecord,
-    directory_problem,
     parse_record,
     record_file_problem,
 )
@@ -95,6 +95,10 @@ def fake_stat(mode: int, uid: int, size: int = 10) -> os.stat_result:
 
 def test_directory_and_file_checks() -> None:
     me = os.geteuid()
+
+    def directory_problem(info: os.stat_result, uid: int) -> str | None:
+        return trust.problem(info, uid, "directory")
+
     assert directory_problem(fake_stat(stat.S_IFDIR | 0o700, me), me) is None
     assert "symlink" in str(directory_problem(fake_stat(stat.S_IFLNK | 0o777, me), me))
     assert "writable" in str(directory_problem(fake_stat(stat.S_IFDIR | 0o777, me), me))

@@ -50,3 +50,22 @@ def test_bad_grace_uses_the_default_with_a_warning(raw: str) -> None:
 def test_registry_dir_override_and_default() -> None:
     assert str(settings.registry_dir({settings.DIR_ENV: "/x/y"})) == "/x/y"
     assert settings.registry_dir({}).parts[-2:] == (".exo", "orphan-guard")
+
+
+@pytest.mark.parametrize(
+    ("raw", "seconds"), [(None, 120.0), (" ", 120.0), ("0", 0.0), ("2.5", 2.5), ("900", 900.0)]
+)
+def test_busy_wait(raw: str | None, seconds: float) -> None:
+    assert settings.parse_busy_wait(raw) == settings.Parsed(seconds)
+
+
+@pytest.mark.parametrize("raw", ["-1", "abc", "nan", "inf", "901"])
+def test_bad_busy_wait_uses_the_default_with_a_warning_naming_the_value(raw: str) -> None:
+    parsed = settings.parse_busy_wait(raw)
+    assert parsed.value == settings.DEFAULT_BUSY_WAIT_SECONDS
+    assert parsed.warning is not None and repr(raw) in parsed.warning
+
+
+def test_busy_wait_zero_is_the_old_wedge_bound() -> None:
+    assert settings.busy_bound(0.0) == settings.WEDGE_SECONDS
+    assert settings.busy_bound(3.0) == 3.0

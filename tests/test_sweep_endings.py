@@ -110,3 +110,19 @@ def test_scan_shows_a_clean_ending_under_way(
     assert ending["event"] == "begun" and 0 < ending["grace_left_s"] <= GRACE, ending
     assert cli.main(["scan", "--registry-only"]) == 1
     assert f"{runner.pid}: ending the clean way" in capsys.readouterr().out
+
+
+def test_a_sweep_that_waits_says_for_which_runner_why_and_until_when(
+    start_worker: StartWorker, tmp_path: Path
+) -> None:
+    worker = start_worker(["shutdown"], notes=tmp_path)
+    runner = worker.runners[0].identity
+    scenarios.ask_to_shut_down(worker)
+    wait_for_note(tmp_path, runner.pid, "shutting down")
+    scenarios.kill_worker(worker)
+    time.sleep(0.1)  # its watchdog records that the ending has begun
+    lines: list[str] = []
+    sweep(fingerprint=False, grace=0.2, on_wait=lines.append)
+    (line,) = lines
+    assert line.startswith(f"waiting for runner {runner.pid} "), line
+    assert "its clean ending has begun" in line and " until " in line, line

@@ -54,7 +54,7 @@ async def test_a_failing_sweep_is_logged_not_raised(
 ) -> None:
     monkeypatch.setenv(settings.TOGGLE_ENV, "1")
 
-    async def broken() -> SweepReport:
+    async def broken(**_options: object) -> SweepReport:
         raise OSError("disk on fire")
 
     monkeypatch.setattr(worker, "sweep_async", broken)

@@ -1,7 +1,8 @@
 """`make demo`: the orphan problem and the fix, side by side, on this machine.
 
-A stand-in worker with two runners (one idle, one holding the GIL in native code as
-MLX does) is hard-killed twice: first with the guard off, then on; then a real MLX
+A stand-in worker with runners (one idle, one holding the GIL in native code that
+never returns) is hard-killed twice: first with the guard off, then on, beside a
+runner busy in one long `mx.eval` (waited for, then ending cleanly); then a real MLX
 group. The start-up sweep and the operator's tools follow (`demo_sweep`). Everything
 it starts is killed on the way out, whatever happens (errors, Ctrl-C, SIGTERM).
 Exit code: 0 when every section showed what it should, 1 otherwise, 130 interrupted.
@@ -13,7 +14,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Final
@@ -23,13 +24,18 @@ from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import host_directory
 from ..rig import ring_scenario, scenarios
-from ..rig.scenario_worker import Watch
+from ..rig.native_calls import LONG_EVAL_SECONDS
+from ..rig.notes import read_notes
+from ..rig.scenario_worker import RunnerKind, Watch
 from ..system import settings
 from ..system.identity import ProcessIdentity
 from . import launch, sweep
 
 ORPHAN_LOOK_SECONDS = 1.0
 MLX_HANG_TIMEOUT_SECONDS = 6.0
+DEMO_BUSY_WAIT_SECONDS = 8.0
+"""The demo's busy wait (the default is 120 s): long enough for its long eval, short
+enough to show the truly wedged runner killed at it."""
 
 
 Section = Callable[[Path], bool | None]
@@ -84,33 +90,54 @@ def _round_guard_off(scratch: Path) -> None:
 
 
 def _round_guard_on(scratch: Path) -> bool:
-    _title("2. Guard on (EXO_ORPHAN_GUARD=1): the same kill")
-    with _Worker("guard", scratch) as worker:
+    busy: RunnerKind = "mlxbusy" if ring_scenario.mlx_available() else "gilbusy"
+    _title(
+        f"2. Guard on (EXO_ORPHAN_GUARD=1, {settings.BUSY_WAIT_ENV}="
+        f"{DEMO_BUSY_WAIT_SECONDS:g}): the same kill, and a runner busy in native code"
+    )
+    notes = scratch / "notes"
+    notes.mkdir(exist_ok=True)
+    with _Worker("guard", scratch, ["idle", busy, "gil"], notes) as worker:
         _show_start(worker)
         members = worker.all_processes()
+        busy_runner = next(r.identity for r in worker.runners if r.kind == busy)
+        _wait_until_busy(notes, busy_runner, busy)
         killed_at = scenarios.kill_worker(worker)
-        exits = scenarios.wait_gone(members, settings.DEFAULT_GRACE_SECONDS + 2.0)
+        exits = scenarios.wait_gone(
+            members, DEMO_BUSY_WAIT_SECONDS + settings.DEFAULT_GRACE_SECONDS + 2.0
+        )
         print(f"kill -9 {worker.pid}:")
         recorded = _endings(scratch / "registry", [runner.identity for runner in worker.runners])
-        expected = {"idle": "clean", "gil": "killed"}
+        expected = {"idle": "clean", busy: "clean", "gil": "killed"}
         as_expected = True
         for runner in worker.runners:
             seen = exits[runner.identity]
-            what = "idle" if runner.kind == "idle" else "holding the GIL in native code"
-            outcome = "STILL ALIVE" if seen is None else f"gone {(seen - killed_at) * 1000:.0f} ms"
+            outcome = (
+                "STILL ALIVE"
+                if seen is None
+                else f"gone {(seen - killed_at) * 1000:.0f} ms after the kill"
+            )
+            if seen is not None and runner.kind == busy:
+                returned = _noted(notes, runner.identity, "raised")
+                if returned is not None:
+                    outcome += f", {(seen - returned) * 1000:.0f} ms after its call returned"
             ending = recorded.get(runner.identity)
             if ending is None:
                 how = "no ending recorded"
+            elif ending.how is None:
+                how = "its clean ending under way"
             else:
-                how = "its clean ending under way" if ending.how is None else _ENDED[ending.how]
-            print(f"  runner {runner.identity.pid} ({what}): {outcome} after the kill: {how}")
+                how = _ENDED[ending.how] if runner.kind != busy else "ended cleanly, by itself"
+            print(f"  runner {runner.identity.pid} ({_WHAT[runner.kind]}): {outcome}: {how}")
             if ending is not None:
                 print(f"    ({ending.why})")
             as_expected = as_expected and ending is not None and ending.how == expected[runner.kind]
         print(
             "The idle runner ended the way exo's Shutdown ends one (WorkerGone on its main\n"
-            "thread, memory released, its own exit); the wedged one cannot run Python at\n"
-            "all, so it is killed 0.5 s after the notice, not left holding the next group."
+            "thread, memory released, its own exit). The busy one was waited for: its call\n"
+            "returned, then it ended the same way. The wedged one never came back to Python,\n"
+            f"so it was killed at the busy wait ({DEMO_BUSY_WAIT_SECONDS:g} s here, 120 s by "
+            "default;\n`exo-orphan-guard sweep --now` ends such a runner sooner)."
         )
         left = scenarios.alive(members)
         print("No orphans left." if not left else f"{len(left)} process(es) left: FAIL")
@@ -120,6 +147,33 @@ def _round_guard_on(scratch: Path) -> bool:
 
 
 _ENDED: Final = {"clean": "ended cleanly, by itself", "killed": "killed as wedged"}
+_WHAT: Final[dict[RunnerKind, str]] = {
+    "idle": "idle",
+    "mlxbusy": "inside one long mx.eval",
+    "gilbusy": "in native code holding the GIL, returning after 1.5 s",
+    "gil": "holding the GIL in native code, never returning",
+}
+
+
+def _wait_until_busy(notes: Path, runner: ProcessIdentity, kind: RunnerKind) -> None:
+    """Until the busy runner is inside its call (for MLX: one of full length)."""
+    event = "eval begun" if kind == "mlxbusy" else "native begun"
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        found = [
+            note
+            for note in read_notes(notes, runner.pid)
+            if note["event"] == event and note.get("last", LONG_EVAL_SECONDS) >= LONG_EVAL_SECONDS
+        ]
+        if found:
+            time.sleep(0.2)
+            return
+        time.sleep(0.02)
+
+
+def _noted(notes: Path, runner: ProcessIdentity, event: str) -> float | None:
+    found = [note["at"] for note in read_notes(notes, runner.pid) if note["event"] == event]
+    return found[-1] if found else None
 
 
 def _endings(registry: Path, runners: list[ProcessIdentity]) -> dict[ProcessIdentity, Ending]:
@@ -174,9 +228,19 @@ def _mlx_group(scratch: Path) -> bool:
 class _Worker:
     """Context manager: a started scenario worker, always cleaned up."""
 
-    def __init__(self, watch: Watch, scratch: Path) -> None:
+    def __init__(
+        self,
+        watch: Watch,
+        scratch: Path,
+        kinds: Sequence[RunnerKind] = ("idle", "gil"),
+        notes: Path | None = None,
+    ) -> None:
         self._worker = scenarios.start_worker(
-            ["idle", "gil"], watch=watch, registry=scratch / "registry"
+            kinds,
+            watch=watch,
+            registry=scratch / "registry",
+            notes=notes,
+            extra_env={settings.BUSY_WAIT_ENV: f"{DEMO_BUSY_WAIT_SECONDS:g}"},
         )
 
     def __enter__(self) -> scenarios.StartedWorker:

@@ -1,13 +1,18 @@
-"""`exo-orphan-guard patch check|apply|revert --exo PATH [--source SRC] [--no-lock]`.
+"""`exo-orphan-guard patch check|apply|revert|export --exo PATH [--source SRC] [--no-lock]
+[--out DIR]`.
 
 The series (`patching`) puts the hooks and the `orphan-guard` extra into exo; this
 module adds what makes that extra resolve in exo's uv project (`uv_project`): the
 `[tool.uv.sources]` entry for `--source`, `uv lock` when uv is on PATH, and an undo
 record so revert restores `pyproject.toml` and `uv.lock` byte for byte.
 
+`export` writes the series for the tree's exo version (`git format-patch` files and
+the cover letter) for review, `git am` or a rebase onto a newer exo.
+
 Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do (a
-lock that failed or could not run is a line saying what to run); 2 not an exo tree, no
-series fits, conflicting edits, or a bad --source (nothing changed).
+lock that failed or could not run is a line saying what to run); export: 0 written;
+2 not an exo tree, no series fits, conflicting edits, a bad --source, or an --out that
+cannot be written (nothing changed).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from .uv_project import LOCK, PYPROJECT, Saved, Source, digest
 EXIT_OK: Final = 0
 EXIT_LEFT: Final = 1
 
-Action = Literal["check", "apply", "revert"]
+Action = Literal["check", "apply", "revert", "export"]
 
 
 class PatchCommandError(Exception):
@@ -36,12 +41,15 @@ def run(
     source: Path | None,
     *,
     lock: bool = True,
+    out: Path | None = None,
     say: Callable[[str], None] = print,
 ) -> int:
     try:
         match action:
             case "check":
                 return _check(tree, say)
+            case "export":
+                return _export(tree, out, say)
             case "apply":
                 chosen = None if source is None else uv_project.validate_source(source)
                 return _apply(tree, chosen, lock, say)
@@ -53,7 +61,7 @@ def run(
 
 def _check(tree: Path, say: Callable[[str], None]) -> int:
     status = patching.check(tree)
-    say(f"series {status.series.name} fits {tree}: {status.state}")
+    say(f"series {status.series.label} fits {tree}: {status.state}")
     pyproject = _read(tree / PYPROJECT) or b""
     declared = uv_project.declared_source(pyproject)
     if declared is None:
@@ -64,6 +72,8 @@ def _check(tree: Path, say: Callable[[str], None]) -> int:
         say(f"source: {declared}")
     state, line = uv_project.lock_state(tree, uv_project.find_uv())
     say(_lock_check_line(tree, state, line))
+    if (record := uv_project.undo_record(tree)) is not None:
+        say(f"undo record: {record} (what revert puts back)")
     return EXIT_OK if status.state == "applied" else EXIT_LEFT
 
 
@@ -154,13 +164,13 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
             )
     elif uv_project.declared_source(_read(tree / PYPROJECT) or b"") is not None:
         say(
-            f"source: no record of what apply changed ({uv_project.UNDO_FILE}): the "
+            f"source: no record of what apply changed ({uv_project.undo_path(tree)}): the "
             "exo-orphan-guard entry in pyproject.toml is left as it is"
         )
     status, changed = patching.revert(tree)
     files = len(status.series.files)
     done = "reverted" if changed else "not applied: nothing to revert"
-    say(f"series {status.series.name} ({files} files) {done} in {tree}")
+    say(f"series {status.series.label} ({files} files) {done} in {tree}")
     if LOCK in undo:
         saved = undo[LOCK]
         if digest(_read(tree / LOCK)) == saved.after_sha256 and saved.before is not None:
@@ -169,6 +179,29 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
         else:
             say(f"uv.lock: changed after apply, left as it is: run: cd {tree} && uv lock")
     uv_project.write_undo(tree, {})
+    return EXIT_OK
+
+
+def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
+    name, why = patching.chosen_for(tree)
+    say(f"series {name}: {why}")
+    try:
+        status = patching.check(tree)
+        state = f"{status.state} (series {status.series.label})"
+    except patching.PatchError as error:
+        state = f"does not apply as it is ({error}): rebase it with git am -3"
+    say(f"state in {tree}: {state}")
+    directory = patching.PATCHES_DIR / name
+    files = [directory / patching.COVER_LETTER, *patching.patch_files(directory)]
+    target = (out or Path(f"orphan-guard-{name}")).expanduser().resolve()
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for file in files:
+            patching.write_atomically(target / file.name, file.read_bytes())
+    except OSError as error:
+        raise patching.PatchError(f"cannot write {error.filename}: {error.strerror}") from error
+    say(f"wrote {len(files)} files to {target}")
+    say(f"to apply them as commits: git -C {tree} am {target}/000[1-9]-*.patch")
     return EXIT_OK
 
 
@@ -198,4 +231,4 @@ def _read(path: Path) -> bytes | None:
 
 
 def _write(path: Path, content: bytes) -> None:
-    uv_project.write_atomically(path, content)
+    patching.write_atomically(path, content)

@@ -1,11 +1,14 @@
 """`exo-orphan-guard patch check|apply|revert --exo PATH`: put the hooks into exo.
 
-A series is the ordered patches in `patches/<name>/`. Which series fits a tree is
-decided by its supervisor file (renamed in exo #2000) and then by whether the series
-applies cleanly forwards (not applied) or backwards (applied). All files are patched
-in memory first; only if every hunk applies is anything written, and a failed write
-puts back what was already written. Reverting applies the series backwards, which
-restores the original bytes.
+A series is the ordered patches in `patches/<name>/`: `git format-patch` files
+(`git am` takes them as they are), and a cover letter that is not applied. Which
+series fits a tree is decided by its supervisor file (renamed in exo #2000) and then
+by whether the series applies cleanly forwards (not applied) or backwards (applied).
+A tree that an earlier release patched (`patches/earlier/<name>/`, bare diffs) is
+found too: revert takes it back, apply replaces it. All files are patched in memory
+first; only if every hunk applies is anything written, and a failed write puts back
+what was already written. Reverting applies the series backwards, which restores
+the original bytes.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from .patch_format import (
 )
 
 PATCHES_DIR: Final = Path(__file__).resolve().parent / "patches"
+EARLIER: Final = "earlier"
+"""The subdirectory with the series an earlier release wrote into trees."""
+COVER_LETTER: Final = "0000-cover-letter.patch"
 EXO_MARKER: Final = "src/exo/worker/runner/bootstrap.py"
 SERIES_MARKERS: Final[Mapping[str, str]] = {
     "v1.0.71": "src/exo/worker/runner/runner_supervisor.py",
@@ -47,6 +53,12 @@ class Series:
     name: str
     diffs: tuple[tuple[str, FileDiff], ...]
     """(patch file name, file diff), in application order."""
+    earlier: bool = False
+    """An earlier release's series: found and reverted, never applied."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (an earlier release's)" if self.earlier else self.name
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -61,73 +73,119 @@ class TreeStatus:
 
 
 def load_series(root: Path = PATCHES_DIR) -> list[Series]:
-    series: list[Series] = []
-    for name in SERIES_MARKERS:
-        directory = root / name
-        diffs: list[tuple[str, FileDiff]] = []
-        for patch in sorted(directory.glob("*.patch")):
-            try:
-                diffs.extend((patch.name, diff) for diff in parse_unified_diff(patch.read_bytes()))
-            except PatchFormatError as error:
-                raise PatchError(f"{patch}: not a usable patch ({error})") from error
-        if not diffs:
-            raise PatchError(f"no patches in {directory}: the installation is incomplete")
-        series.append(Series(name, tuple(diffs)))
+    """The current series, then the earlier ones (where `root` has them)."""
+    series = [_load(root / name, name, earlier=False) for name in SERIES_MARKERS]
+    series += [
+        _load(root / EARLIER / name, name, earlier=True)
+        for name in SERIES_MARKERS
+        if (root / EARLIER / name).is_dir()
+    ]
     return series
 
 
+def patch_files(directory: Path) -> list[Path]:
+    """The patches of a series in order, without its cover letter."""
+    return [patch for patch in sorted(directory.glob("*.patch")) if patch.name != COVER_LETTER]
+
+
+def _load(directory: Path, name: str, *, earlier: bool) -> Series:
+    diffs: list[tuple[str, FileDiff]] = []
+    for patch in patch_files(directory):
+        try:
+            diffs.extend((patch.name, diff) for diff in parse_unified_diff(patch.read_bytes()))
+        except PatchFormatError as error:
+            raise PatchError(f"{patch}: not a usable patch ({error})") from error
+    if not diffs:
+        raise PatchError(f"no patches in {directory}: the installation is incomplete")
+    return Series(name, tuple(diffs), earlier)
+
+
 def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
-    """Which series fits `tree` and whether it is applied; PatchError otherwise."""
-    series = _series_for(tree, all_series if all_series is not None else load_series())
-    originals = _read(tree, series.files)
-    forward = _try(series.diffs, originals, reverse=False)
+    """Which series fits `tree` and whether it is applied; PatchError otherwise. A tree
+    an earlier release patched is "applied" with that release's series."""
+    current, *earlier = _series_for(tree, all_series if all_series is not None else load_series())
+    originals = _read(tree, current.files)
+    forward = _try(current.diffs, originals, reverse=False)
     if isinstance(forward, dict):
-        return TreeStatus(series, "not applied")
-    backward = _try(series.diffs, originals, reverse=True)
+        return TreeStatus(current, "not applied")
+    backward = _try(current.diffs, originals, reverse=True)
     if isinstance(backward, dict):
-        return TreeStatus(series, "applied")
+        return TreeStatus(current, "applied")
+    for series in earlier:
+        if isinstance(_try(series.diffs, _read(tree, series.files), reverse=True), dict):
+            return TreeStatus(series, "applied")
     # Name the failure of the direction that got further: that is where the edit is.
     failure = max(forward, backward, key=lambda failed: failed.progress)
     raise PatchError(
-        f"conflicting local edits: series {series.name} neither applies to nor reverts "
+        f"conflicting local edits: series {current.name} neither applies to nor reverts "
         f"from {tree}: {failure.reason}"
     )
 
 
 def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
-    """Apply the fitting series; (status, changed). Already applied: nothing changes."""
-    return _change(tree, all_series, reverse=False)
+    """Apply the fitting series; (status, changed). Already applied: nothing changes.
+    An earlier release's series is replaced by the current one, in one write."""
+    chosen = all_series if all_series is not None else load_series()
+    status = check(tree, chosen)
+    if status.state == "applied" and not status.series.earlier:
+        return status, False
+    current = _series_for(tree, chosen)[0]
+    steps = [(current, False)]
+    if status.series.earlier:
+        steps.insert(0, (status.series, True))
+    _change(tree, steps)
+    return TreeStatus(current, "applied"), True
 
 
 def revert(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
     """Revert the fitting series to the original bytes; not applied: nothing changes."""
-    return _change(tree, all_series, reverse=True)
-
-
-def _change(
-    tree: Path, all_series: Sequence[Series] | None, *, reverse: bool
-) -> tuple[TreeStatus, bool]:
     status = check(tree, all_series)
-    if status.state == ("not applied" if reverse else "applied"):
+    if status.state == "not applied":
         return status, False
-    originals = _read(tree, status.series.files)
-    changed = _try(status.series.diffs, originals, reverse=reverse)
-    if not isinstance(changed, dict):  # pragma: no cover - check() just proved it applies
-        raise PatchError(changed.reason)
-    _write_all(tree, originals, changed)
-    return TreeStatus(status.series, "not applied" if reverse else "applied"), True
+    _change(tree, [(status.series, True)])
+    return TreeStatus(status.series, "not applied"), True
 
 
-def _series_for(tree: Path, all_series: Sequence[Series]) -> Series:
+def _change(tree: Path, steps: Sequence[tuple[Series, bool]]) -> None:
+    """Each (series, reverse) in turn, in memory, then one write of every file."""
+    paths = tuple(dict.fromkeys(path for series, _ in steps for path in series.files))
+    originals = _read(tree, paths)
+    contents: dict[str, bytes | None] = dict(originals)
+    for series, reverse in steps:
+        changed = _try(series.diffs, contents, reverse=reverse)
+        if not isinstance(changed, dict):  # pragma: no cover - check() just proved it applies
+            raise PatchError(changed.reason)
+        contents.update(changed)
+    _write_all(tree, originals, contents)
+
+
+def chosen_for(tree: Path) -> tuple[str, str]:
+    """(series name, why) for `tree`, by its supervisor file alone: what `export` writes
+    even for a tree the series no longer applies to."""
     if not (tree / EXO_MARKER).is_file():
         raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
-    fitting = [series for series in all_series if (tree / SERIES_MARKERS[series.name]).is_file()]
-    if len(fitting) != 1:
+    names = [name for name, marker in SERIES_MARKERS.items() if (tree / marker).is_file()]
+    if len(names) != 1:
         known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
         raise PatchError(
             f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}"
         )
-    return fitting[0]
+    name = names[0]
+    return name, f"{tree} has {SERIES_MARKERS[name]}, which only exo {name} has"
+
+
+def _series_for(tree: Path, all_series: Sequence[Series]) -> list[Series]:
+    """The current series that fits `tree`, then the earlier ones of its version."""
+    if not (tree / EXO_MARKER).is_file():
+        raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
+    fitting = [series for series in all_series if (tree / SERIES_MARKERS[series.name]).is_file()]
+    current = [series for series in fitting if not series.earlier]
+    if len(current) != 1:
+        known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
+        raise PatchError(
+            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}"
+        )
+    return current + [series for series in fitting if series.earlier]
 
 
 def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
@@ -198,7 +256,13 @@ def _write_all(
 def _write_one(target: Path, content: bytes | None) -> None:
     if content is None:
         target.unlink(missing_ok=True)
-        return
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)  # a file the series creates
+        write_atomically(target, content)
+
+
+def write_atomically(target: Path, content: bytes) -> None:
+    """Replace `target` whole (a reader never sees half a file), keeping its mode."""
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
     temporary = target.with_name(f".{target.name}.orphan-guard-tmp")
     temporary.write_bytes(content)

@@ -4,9 +4,10 @@
 exo is a uv project whose `uv.lock` resolves every extra. The series adds the
 `orphan-guard` extra; until exo-orphan-guard is on an index, the extra resolves only
 through a `[tool.uv.sources]` entry (a wheel, an sdist or a checkout). The pure
-functions here decide what the files become; `undo` records what apply changed (in
-`UNDO_FILE` inside the tree) so revert can put `pyproject.toml` and `uv.lock` back
-byte for byte.
+functions here decide what the files become; `undo` records what apply changed so
+revert can put `pyproject.toml` and `uv.lock` back byte for byte. The record lives
+where `git status` never shows it: in the checkout's git directory, or, for a tree
+that is not a git checkout, under the user's state directory.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, cast, final
 
+from .patching import write_atomically
+
 PACKAGE: Final = "exo-orphan-guard"
 SOURCES_HEADER: Final = b"[tool.uv.sources]"
 PYPROJECT: Final = "pyproject.toml"
 LOCK: Final = "uv.lock"
-UNDO_FILE: Final = ".orphan-guard-undo.json"
-"""In the exo tree: what apply's source entry and `uv lock` replaced."""
+UNDO_NAME: Final = "orphan-guard-undo.json"
+"""What apply's source entry and `uv lock` replaced (`undo_path`)."""
+LEGACY_UNDO_FILE: Final = ".orphan-guard-undo.json"
+"""Where releases up to 0.1.0 kept the record: at the root of the exo tree."""
 UV_TIMEOUT_SECONDS: Final = 600.0
 _KEY_LINE: Final = re.compile(rb"^exo-orphan-guard\s*=")
 _DIST_NAME: Final = re.compile(r"^exo[_-]orphan[_-]guard-\d", re.IGNORECASE)
@@ -152,13 +157,56 @@ def digest(content: bytes | None) -> str:
     return "" if content is None else hashlib.sha256(content).hexdigest()
 
 
-def read_undo(tree: Path) -> dict[str, Saved]:
-    """The record apply left; empty if there is none or it is unreadable (then revert
-    leaves both files as they are and says so)."""
+def git_directory(tree: Path) -> Path | None:
+    """The git directory of a checkout rooted at `tree` (`.git`, or the directory a
+    worktree's `.git` file names), or None."""
+    dot_git = tree / ".git"
+    if dot_git.is_dir():
+        return dot_git
     try:
-        raw = json.loads((tree / UNDO_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
+        line = dot_git.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    named = Path(line.removeprefix("gitdir:").strip())
+    directory = named if named.is_absolute() else tree / named
+    return directory if directory.is_dir() else None
+
+
+def undo_path(tree: Path) -> Path:
+    """Where apply keeps its record for `tree`: never in its work tree."""
+    git = git_directory(tree)
+    if git is not None:
+        return git / UNDO_NAME
+    state = os.environ.get("XDG_STATE_HOME", "").strip()
+    base = Path(state) if state else Path.home() / ".local" / "state"
+    key = hashlib.sha256(str(tree.resolve()).encode()).hexdigest()[:16]
+    return base / PACKAGE / "undo" / f"{key}.json"
+
+
+def undo_record(tree: Path) -> Path | None:
+    """The record apply left for `tree`, where it is (an earlier release's too)."""
+    for path in (undo_path(tree), tree / LEGACY_UNDO_FILE):
+        if path.is_file():
+            return path
+    return None
+
+
+def read_undo(tree: Path) -> dict[str, Saved]:
+    """The record apply left (where an earlier release left it, too); empty if there
+    is none or it is unreadable (then revert leaves both files as they are and says
+    so)."""
+    for path in (undo_path(tree), tree / LEGACY_UNDO_FILE):
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        return _parse_undo(raw)
+    return {}
+
+
+def _parse_undo(raw: object) -> dict[str, Saved]:
     saved: dict[str, Saved] = {}
     record = _table({"record": raw}, "record")
     for name in (PYPROJECT, LOCK):
@@ -174,20 +222,15 @@ def read_undo(tree: Path) -> dict[str, Saved]:
     return saved
 
 
-def write_atomically(target: Path, content: bytes) -> None:
-    """Replace `target` whole (a reader never sees half a file), keeping its mode."""
-    mode = target.stat().st_mode & 0o7777 if target.exists() else 0o644
-    temporary = target.with_name(f".{target.name}.orphan-guard-tmp")
-    temporary.write_bytes(content)
-    os.chmod(temporary, mode)
-    os.replace(temporary, target)
-
-
 def write_undo(tree: Path, saved: Mapping[str, Saved]) -> None:
-    target = tree / UNDO_FILE
+    """Keep `saved` for revert (none: forget it); an earlier release's record in the
+    work tree goes either way."""
+    target = undo_path(tree)
+    (tree / LEGACY_UNDO_FILE).unlink(missing_ok=True)
     if not saved:
         target.unlink(missing_ok=True)
         return
+    target.parent.mkdir(parents=True, exist_ok=True)
     payload = {
         name: {
             "before": None if entry.before is None else base64.b64encode(entry.before).decode(),

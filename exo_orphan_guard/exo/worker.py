@@ -45,8 +45,12 @@ async def worker_sweep(reason: str) -> SweepReport | None:
     """
     if not _enabled():
         return None
+
+    def waiting(line: str) -> None:
+        logger.warning(f"orphan guard: sweep before {reason}: {line}")
+
     try:
-        report = await sweep_async()
+        report = await sweep_async(on_wait=waiting)
     except Exception as error:  # never let a sweep take the worker down
         logger.opt(exception=error).warning(f"orphan guard: sweep before {reason} failed")
         return None

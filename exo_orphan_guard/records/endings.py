@@ -4,7 +4,9 @@ A guarded runner whose worker dies ends the clean way or is killed; its record i
 gone with it, so the ending is kept here, for `sweep`, `scan` and `doctor` to read.
 Two events per ending: `begun` (its watchdog saw the clean ending start; the line
 holds the deadline of its grace) and `ended` (`clean`: it exited by itself;
-`killed`: it was killed, with the reason). A sweep also records how each orphan it
+`killed`: it was killed, with the reason); before `begun`, a runner whose main thread
+is still in native code gets a `busy` line (GIL held or free, the busy wait, and the
+latest it may end: the busy wait and then the grace). A sweep also records how each orphan it
 ended went.
 
 Lines are appended with one `write` each (atomic for lines this short), by processes
@@ -17,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,8 @@ from typing import Final, Literal, TypeVar, cast, final
 
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
+from ..system.settings import MAX_BUSY_WAIT_SECONDS, MAX_GRACE_SECONDS
+from . import trust
 from .registry import Registry
 
 ENDINGS_NAME: Final = "endings.jsonl"
@@ -36,7 +39,8 @@ KEEP_LINES: Final = 500
 _MAX_LINE_BYTES: Final = 3072
 T = TypeVar("T")
 
-Event = Literal["begun", "ended"]
+Event = Literal["busy", "begun", "ended"]
+Gil = Literal["held", "free"]
 How = Literal["clean", "killed"]
 By = Literal["watchdog", "watch", "sweep", "exec"]
 
@@ -58,9 +62,13 @@ class Ending:
     signal) to the end."""
     why: str = ""
     deadline: float | None = None
-    """`begun` only: `time.monotonic()` when its grace runs out (the same clock in
-    every process of one boot)."""
+    """`begun`: `time.monotonic()` when its grace runs out (the same clock in every
+    process of one boot); `busy`: when the busy wait and then the grace would."""
     labels: Mapping[str, str] = field(default_factory=dict[str, str])
+    gil: Gil | None = None
+    """`busy` only: whether the runner's main thread holds the GIL in its native call."""
+    busy_wait: float | None = None
+    """`busy` only: seconds from the notice (`at`) until it is killed unless it returns."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -81,6 +89,9 @@ class Ending:
             "deadline": self.deadline,
             "labels": dict(self.labels),
         }
+        if self.event == "busy":
+            document["gil"] = self.gil
+            document["busy_wait_s"] = self.busy_wait
         line = json.dumps(document, sort_keys=True).encode() + b"\n"
         if len(line) > _MAX_LINE_BYTES:  # one write stays atomic: drop what makes it long
             return replace(self, labels={}, why=self.why[:200]).to_line()
@@ -128,17 +139,11 @@ def read(path: Path, boot_id: str) -> list[Ending]:
     """This boot's endings in `path`, oldest first; nothing if the file is missing or
     not trustworthy (another owner, writable by others, a symlink)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        file = trust.open_trusted(path, os.geteuid())
+    except (OSError, ValueError):
         return []
-    with os.fdopen(fd, "rb") as file:
+    with file:
         info = os.fstat(file.fileno())
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        ):
-            return []
         if info.st_size > MAX_READ_BYTES:
             file.seek(info.st_size - MAX_READ_BYTES)
         data = file.read(MAX_READ_BYTES)
@@ -159,7 +164,7 @@ def parse_line(line: bytes) -> Ending | None:
     labels = fields.get("labels")
     if (
         fields.get("schema") != SCHEMA
-        or event not in ("begun", "ended")
+        or event not in ("busy", "begun", "ended")
         or how not in ("clean", "killed", None)
         or by not in ("watchdog", "watch", "sweep", "exec")
         or not _is_int(pid)
@@ -180,6 +185,8 @@ def parse_line(line: bytes) -> Ending | None:
         why=str(fields.get("why", "")),
         deadline=_number_or(fields.get("deadline"), None),
         labels={str(key): str(value) for key, value in cast(dict[object, object], labels).items()},
+        gil=gil if (gil := fields.get("gil")) in ("held", "free") else None,
+        busy_wait=_number_or(fields.get("busy_wait_s"), None),
     )
 
 
@@ -199,15 +206,28 @@ def clean_deadline(
     """Until when a sweep waits for a guarded runner to end by itself (monotonic), or
     None: not guarded for a clean ending, or already ended.
 
-    With a `begun` line: the deadline its watchdog wrote. Without one the runner may
-    not have had the notice yet, or be wedged and about to be killed: the wedge bound
-    and a little more, by which time its watchdog has begun, or killed it.
+    With a `begun` line: the deadline its watchdog wrote. With a `busy` one: the latest
+    its watchdog lets it live (the busy wait, then the grace), never beyond what the
+    settings allow. Without either the runner may not have had the notice yet, or be
+    busy and about to be recorded so: the wedge bound and a little more, after which a
+    sweep reads the endings again (`recorded_deadline`).
     """
     if grace is None or grace <= 0 or (ending is not None and ending.event == "ended"):
         return None
     if ending is not None and ending.deadline is not None:
+        if ending.event == "busy":
+            return min(ending.deadline, now + MAX_BUSY_WAIT_SECONDS + MAX_GRACE_SECONDS)
         return min(ending.deadline, now + grace)
     return now + wedge_seconds + 0.5
+
+
+def recorded_deadline(ending: Ending | None, now: float) -> float | None:
+    """A deadline its watchdog wrote that is still ahead (`busy` or `begun`), else None:
+    what a sweep that waited out its first deadline goes on waiting for."""
+    if ending is None or ending.event == "ended" or ending.deadline is None:
+        return None
+    limit = now + MAX_BUSY_WAIT_SECONDS + MAX_GRACE_SECONDS
+    return min(ending.deadline, limit) if ending.deadline > now else None
 
 
 def hard_kills(endings: Sequence[Ending]) -> list[Ending]:
@@ -235,7 +255,7 @@ def compact(path: Path, boot_id: str) -> None:
 
 
 def _weight(ending: Ending) -> int:
-    return {"begun": 0, "ended": 1}[ending.event] + (ending.how == "killed")
+    return {"busy": 0, "begun": 0, "ended": 1}[ending.event] + (ending.how == "killed")
 
 
 def _is_int(value: object) -> bool:

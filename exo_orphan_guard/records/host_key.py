@@ -16,12 +16,12 @@ import hashlib
 import os
 import re
 import socket
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
 
 from .. import system
+from . import trust
 
 HostKeyKind = Literal["hardware-uuid", "hostname"]
 """hardware-uuid: macOS's gethostuuid(3). hostname: the hostname, with the pid
@@ -98,23 +98,18 @@ def move_legacy_records(base: Path, key: HostKey, uid: int) -> None:
         names = os.listdir(legacy)
     except OSError:
         return
-    if not _trusted(info, uid, directory=True):
+    if trust.problem(info, uid, "directory") is not None:
         return
     for name in sorted(names):
         if not name.startswith(_MOVED_PREFIXES):
             continue
         source, target = legacy / name, base / key.name / name
         with contextlib.suppress(OSError):
-            if not _trusted(os.lstat(source), uid, directory=False):
+            if trust.file_problem(os.lstat(source), uid) is not None:
                 continue
             with contextlib.suppress(FileExistsError):
                 os.link(source, target, follow_symlinks=False)  # never over a newer one
             os.unlink(source)
-
-
-def _trusted(info: os.stat_result, uid: int, *, directory: bool) -> bool:
-    kind_ok = stat.S_ISDIR(info.st_mode) if directory else stat.S_ISREG(info.st_mode)
-    return kind_ok and info.st_uid == uid and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _read_text(path: str) -> str:

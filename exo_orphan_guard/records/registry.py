@@ -16,7 +16,6 @@ judges and deletes only its own host's.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import math
@@ -30,6 +29,7 @@ from typing import Final, cast, final
 
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
+from . import trust
 from .host_key import directory_to_read, host_key, move_legacy_records
 from .host_key import host_directory as host_directory
 
@@ -132,32 +132,12 @@ def parse_record(data: bytes) -> RunnerRecord:
     )
 
 
-def directory_problem(info: os.stat_result, uid: int) -> str | None:
-    """Why a registry directory must not be trusted (from `os.lstat`), or None."""
-    if stat.S_ISLNK(info.st_mode):
-        return "is a symlink"
-    if not stat.S_ISDIR(info.st_mode):
-        return "is not a directory"
-    if info.st_uid != uid:
-        return f"is owned by uid {info.st_uid}, not {uid}"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
-    return None
-
-
 def record_file_problem(info: os.stat_result, uid: int) -> str | None:
-    """Why a record file must not be trusted (from `os.lstat`), or None."""
-    if stat.S_ISLNK(info.st_mode):
-        return "is a symlink"
-    if not stat.S_ISREG(info.st_mode):
-        return "is not a regular file"
-    if info.st_uid != uid:
-        return f"is owned by uid {info.st_uid}, not {uid}"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"is writable by others (mode {stat.S_IMODE(info.st_mode):o})"
-    if info.st_size > MAX_RECORD_BYTES:
+    """Why a record file must not be trusted, or None."""
+    found = trust.file_problem(info, uid)
+    if found is None and info.st_size > MAX_RECORD_BYTES:
         return f"is {info.st_size} bytes, more than a record can be"
-    return None
+    return found
 
 
 @final
@@ -191,7 +171,7 @@ class Registry:
                 return None, None
             except OSError as error:
                 return None, f"orphan registry {directory}: cannot read it ({error.strerror})"
-            problem = directory_problem(info, uid)
+            problem = trust.problem(info, uid, "directory")
             if problem is not None:
                 return None, f"orphan registry {directory} {problem}: refusing to use it"
         if create:
@@ -289,20 +269,7 @@ class Registry:
             os.close(fd)
 
     def _read_trusted(self, path: Path, uid: int) -> RunnerRecord:
-        problem = record_file_problem(os.lstat(path), uid)
-        if problem is not None:
-            raise ValueError(problem)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise ValueError("is a symlink") from error
-            raise
-        with os.fdopen(fd, "rb") as file:
-            # Swapped between lstat and open? Judge what was opened.
-            problem = record_file_problem(os.fstat(file.fileno()), uid)
-            if problem is not None:
-                raise ValueError(problem)
+        with trust.open_trusted(path, uid, record_file_problem) as file:
             return parse_record(file.read(MAX_RECORD_BYTES + 1))
 
 

@@ -17,7 +17,6 @@ import contextlib
 import ctypes
 import json
 import os
-import select
 import shlex
 import signal
 import subprocess
@@ -30,6 +29,7 @@ from typing import Literal, TypedDict, cast, final
 
 from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of
+from .json_lines import JsonLines
 from .scenarios import alive, wait_gone
 
 RankKind = Literal["idle", "gil", "child", "deaf"]
@@ -119,19 +119,13 @@ def start_launcher(
     try:
         deadline = time.monotonic() + _REPORT_TIMEOUT_SECONDS
         assert process.stdout is not None
-        pending = b""
+        lines = JsonLines(process.stdout)
         while len(reports) < len(kinds):
-            ready, _, _ = select.select(
-                [process.stdout], [], [], max(0.0, deadline - time.monotonic())
-            )
-            chunk = os.read(process.stdout.fileno(), 65536) if ready else b""
-            if not chunk:
+            document = lines.next(max(0.0, deadline - time.monotonic()))
+            if document is None:
                 raise RuntimeError(f"launcher {process.pid}: the ranks did not all report")
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                report = cast(RankReport, json.loads(line))
-                reports[report["rank"]] = report
+            report = cast(RankReport, document)
+            reports[report["rank"]] = report
     except BaseException:
         _kill_reported(process, reports.values())
         raise

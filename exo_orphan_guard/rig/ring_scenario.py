@@ -20,7 +20,6 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, fi
 
 from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of
+from .json_lines import JsonLines
 from .notes import RunnerNotes
 from .scenarios import alive, kill_started, wait_gone
 
@@ -112,10 +112,14 @@ def rank_main(rank: int, spec: GroupSpec, report: multiprocessing.connection.Con
     total = mx.distributed.all_sum(mx.array([float(rank + 1)]), group=group)  # pyright: ignore
     mx.eval(total)  # pyright: ignore
     held = _hold(mx, spec.get("hold_mb", 0))
-    notes.write("holding", **_mlx_memory(mx))
-    _send(report, RankReport(rank=rank, pid=os.getpid(), event="sum", value=float(total.item())))  # pyright: ignore
     then = spec.get("then", "idle")
+    value = float(total.item())  # pyright: ignore
     try:
+        # Ready is said from inside the block the test inspects: the worker is killed
+        # as soon as every rank has said it, and a WorkerGone that came between the
+        # report and the `try` would unwind outside it, noting nothing.
+        notes.write("holding", **_mlx_memory(mx))
+        _send(report, RankReport(rank=rank, pid=os.getpid(), event="sum", value=value))
         # Steps of a few ms, like a decode step: a signal is handled between two.
         step = held[0][: 2**20]
         while then == "loop":
@@ -221,22 +225,17 @@ class RunningGroup:
     sums: dict[int, float]
     idle: list[ProcessIdentity] = field(default_factory=list[ProcessIdentity])
     logs: list[LogReport] = field(default_factory=list[LogReport])
-    pending: bytes = b""
+    reports: JsonLines | None = None
 
     def read(self, timeout: float) -> RankReport | LogReport | None:
         """The next report, or None at the timeout or when the worker is gone."""
-        assert self.process.stdout is not None
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self.pending:
-            ready, _, _ = select.select(
-                [self.process.stdout], [], [], max(0.0, deadline - time.monotonic())
-            )
-            chunk = os.read(self.process.stdout.fileno(), 65536) if ready else b""
-            if not chunk:
-                return None
-            self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        report = cast(RankReport | LogReport, json.loads(line))
+        if self.reports is None:
+            assert self.process.stdout is not None
+            self.reports = JsonLines(self.process.stdout)
+        document = self.reports.next(timeout)
+        if document is None:
+            return None
+        report = cast(RankReport | LogReport, document)
         if report["event"] == "log":
             self.logs.append(report)
         elif report["event"] == "sum":

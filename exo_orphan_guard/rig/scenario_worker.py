@@ -24,8 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.resource_sharer import DupFd
-from typing import Final, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 
+if TYPE_CHECKING:
+    from loguru import Logger
+
+from . import native_calls
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -41,6 +45,12 @@ RunnerKind = Literal[
     "noisy",
     "queue",
     "mlxloop",
+    "mlxbusy",
+    "gilbusy",
+    "gilfree",
+    "swallow",
+    "loguru",
+    "faulty",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -55,12 +65,25 @@ AsyncProcess); once the worker is gone it writes much there, and logs. queue: se
 into a multiprocessing queue only its worker reads, more than the pipe holds, once
 the worker is gone (exo's event channel). mlxloop: holds 64 MB in MLX arrays and
 runs MLX operations on them in a loop, steps of a few ms as in a decode loop, catching
-nothing (needs mlx)."""
-CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue"})
+nothing (needs mlx). mlxbusy: holds 64 MB in MLX arrays and runs one `mx.eval` of
+at least `LONG_EVAL_SECONDS` (once sized) after another, as exo's prefill and weight loading do
+(needs mlx). gilbusy: native code holding the GIL with every signal blocked that
+returns after `GIL_BUSY_SECONDS`, again and again (a `mx.synchronize()`, a
+`mx.distributed.init()` that connects). gilfree: one native call after another
+that lets go of the GIL, as `mx.eval` does, each exactly `EOG_NATIVE_SECONDS` long
+(default 2; every signal blocked in it, as a wait that retries on EINTR), for the
+benchmarks: its return time is known to the millisecond. swallow: a bare `except:`
+swallows the first WorkerGone, then it sleeps on. loguru: catches WorkerGone and
+logs more than 1 MiB through a loguru sink with `enqueue=True` that its worker set up
+(exo's `logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
+gone (an injected error)."""
+CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
+_LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
 Watch = Literal["guard", "pr2205", "none"]
 SpawnFrom = Literal["main", "thread"]
 
+WorkerEnd: TypeAlias = "DupFd | multiprocessing.queues.Queue[bytes] | Logger | None"
 PR2205_POLL_SECONDS = 5.0
 _READY_TIMEOUT_SECONDS = 30.0
 
@@ -87,8 +110,11 @@ class WorkerSpec(TypedDict):
     tests once the worker is gone; empty: none."""
 
 
-SHUTDOWN_SECONDS = 1.0
-"""How long a `shutdown` runner's own shutdown takes."""
+SHUTDOWN_SECONDS = 1.5
+"""How long a `shutdown` runner's own shutdown takes (unless SHUTDOWN_SECONDS_ENV):
+longer than the second after which a WorkerGone is raised again outside
+`ending_cleanly()`."""
+SHUTDOWN_SECONDS_ENV = "EOG_SCENARIO_SHUTDOWN_SECONDS"
 
 
 def runner_main(
@@ -97,10 +123,10 @@ def runner_main(
     go_file: str,
     report: multiprocessing.connection.Connection,
     notes: str = "",
-    worker_end: DupFd | multiprocessing.queues.Queue[bytes] | None = None,
+    worker_end: WorkerEnd = None,
 ) -> None:
     """`worker_end`: for `noisy`, the pipe to its worker to put on its stdout and
-    stderr; for `queue`, the queue to its worker."""
+    stderr; for `queue`, the queue to its worker; for `loguru`, its worker's logger."""
     if isinstance(worker_end, DupFd):
         captured = worker_end.detach()
         for fd in (1, 2):
@@ -111,6 +137,8 @@ def runner_main(
         while not os.path.exists(go_file):
             time.sleep(0.005)
     note = RunnerNotes(notes)
+    if kind == "faulty":
+        native_calls.break_the_watchdog()
     _start_watch(watch)
     try:
         children: list[int] = []
@@ -126,7 +154,7 @@ def runner_main(
             raise
         note.write("caught")
         try:
-            _end(kind, worker_end)
+            _end(kind, worker_end, note)
         except BaseException as problem:
             note.write("ending failed", type=type(problem).__name__, detail=str(problem))
             raise
@@ -135,10 +163,23 @@ def runner_main(
         note.write("finally")
 
 
-def _end(kind: RunnerKind, worker_end: DupFd | multiprocessing.queues.Queue[bytes] | None) -> None:
+def _end(kind: RunnerKind, worker_end: WorkerEnd, note: RunnerNotes) -> None:
     """The clean ending of a runner that caught WorkerGone."""
-    while kind == "hang":
-        time.sleep(3600)
+    if kind == "hang":
+        from exo_orphan_guard import ending_cleanly
+
+        with ending_cleanly():  # a clean-up of its own that never finishes
+            while True:
+                time.sleep(3600)
+    if (
+        kind == "loguru"
+        and worker_end is not None
+        and not isinstance(worker_end, DupFd | multiprocessing.queues.Queue)
+    ):
+        line = "x" * 1000
+        for number in range(_LOG_FLOOD_BYTES // len(line) + 1):
+            worker_end.info(f"runner {os.getpid()} releasing part {number}: {line}")
+        note.write("logged", bytes=_LOG_FLOOD_BYTES)
     if kind == "noisy":
         from loguru import logger
 
@@ -155,8 +196,21 @@ def _end(kind: RunnerKind, worker_end: DupFd | multiprocessing.queues.Queue[byte
 def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if kind in ("gil", "deaf"):
+    if kind in ("gil", "deaf", "faulty"):
         hold_the_gil_in_native_code()
+    if kind == "mlxbusy":
+        native_calls.one_long_eval_after_another(note)
+    while kind == "gilbusy":
+        native_calls.busy_in_native_code_holding_the_gil(note)
+    while kind == "gilfree":
+        native_calls.busy_in_native_code_letting_go_of_the_gil(note)
+    if kind == "swallow":
+        try:
+            note.write("swallowing")  # ready: from inside the block that swallows
+            while True:
+                time.sleep(3600)
+        except:  # noqa: E722  # as exo's vendored deepseek_v4_encoding.py does
+            note.write("swallowed")
     if kind == "shutdown":
         while not os.path.exists(f"{go_file}.shutdown"):  # asked, as by exo's Shutdown task
             time.sleep(0.005)
@@ -164,7 +218,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
         from exo_orphan_guard import ending_cleanly
 
         with ending_cleanly():
-            time.sleep(SHUTDOWN_SECONDS)  # the worker is killed meanwhile
+            # The worker is killed meanwhile.
+            time.sleep(float(os.environ.get(SHUTDOWN_SECONDS_ENV, SHUTDOWN_SECONDS)))
         note.write("shut down")
         return
     while kind == "talk":
@@ -224,6 +279,7 @@ def _pr2205_poll() -> None:
 
 
 def run_worker(spec: WorkerSpec) -> None:
+    multiprocessing.set_start_method("spawn", force=True)  # as exo's main does
     if spec["watch"] == "guard":
         from exo_orphan_guard import prepare_worker
 
@@ -254,8 +310,11 @@ def run_worker(spec: WorkerSpec) -> None:
 
 def _worker_end(
     kind: RunnerKind, context: multiprocessing.context.SpawnContext, keep: list[object]
-) -> DupFd | multiprocessing.queues.Queue[bytes] | None:
-    """What only this worker reads from its runner: a pipe it drains, or a queue."""
+) -> WorkerEnd:
+    """What only this worker reads from its runner: a pipe it drains, a queue, or the
+    logger whose enqueued sink it writes out."""
+    if kind == "loguru":
+        return native_calls.exos_logger()
     if kind == "queue":
         queue: multiprocessing.queues.Queue[bytes] = context.Queue()
         keep.append(queue)

@@ -21,12 +21,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import final
+from typing import cast, final
 
 from .. import system
 from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
+from .json_lines import JsonLines
 from .scenario_worker import RunnerKind, SpawnFrom, Watch, WorkerReport, WorkerSpec
 
 _START_TIMEOUT_SECONDS = 60.0
@@ -252,12 +253,10 @@ def _identity(pid: int) -> ProcessIdentity:
 
 def _read_report(process: subprocess.Popen[str]) -> WorkerReport:
     assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], _START_TIMEOUT_SECONDS)
-    line = process.stdout.readline() if ready else ""
-    if not line:
+    report = JsonLines(process.stdout).next(_START_TIMEOUT_SECONDS)
+    if report is None:
         raise RuntimeError(f"scenario worker {process.pid} did not report its runners")
-    report: WorkerReport = json.loads(line)
-    return report
+    return cast(WorkerReport, report)
 
 
 @final

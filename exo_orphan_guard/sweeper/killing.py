@@ -1,7 +1,9 @@
 """Kill escalation: SIGTERM to each orphan and its descendants, a grace, SIGKILL, a wait.
 
 A guarded runner that is ending the clean way by itself (its worker gone, within its
-grace) is waited for first, untouched: no stop, no signal, until its deadline.
+grace, or busy in native code within its busy wait) is waited for first, untouched:
+no stop, no signal, until its deadline, and past it for as long as its watchdog has
+since recorded a later one.
 
 Each orphan's tree is frozen (SIGSTOP) before it is read, so no process can fork a
 child behind the sweep's back, and frozen again before SIGKILL: an orphan still
@@ -30,6 +32,8 @@ from ..system.process_facts import Pid
 from .process_table import is_guard_command
 
 SignalSender = Callable[[int, int], None]
+Renewal = Callable[[ProcessIdentity], float | None]
+"""A later deadline for a waited-for target whose deadline is out, or None."""
 send_signal: SignalSender = os.kill
 """The effect handler that delivers signals; tests swap it to make a survivor."""
 
@@ -100,19 +104,21 @@ def execute(
     kill_wait: float,
     journal: FreezeJournal | None,
     patience: Mapping[ProcessIdentity, float] | None = None,
+    renew: Renewal | None = None,
 ) -> list[KillResult]:
     """Kill each target and its descendants. With a `journal`, each tree is frozen
     while it is read; without one nothing is ever stopped (a sweeper that died would
     leave it stopped), and the tree is read again right before SIGKILL instead.
     `patience`: targets ending by themselves, each with the `time.monotonic()` it is
-    left alone until (gone by then, it is `exited`); the others are dealt with first."""
+    left alone until (gone by then, it is `exited`); the others are dealt with first.
+    `renew`: asked, as each deadline runs out, for a later one."""
     waiting = {target: patience[target] for target in targets if patience and target in patience}
     # A target is never taken for another one's descendant, in either batch.
     reserved = {*protected, *(target.pid for target in targets)}
     at_once = [target for target in targets if target not in waiting]
     results = _escalate(at_once, reserved, grace, kill_wait, journal)
     if waiting:
-        _wait_for_clean_endings(waiting)
+        _wait_for_clean_endings(waiting, renew)
         results += _escalate(list(waiting), reserved, grace, kill_wait, journal)
     order = {target: index for index, target in enumerate(targets)}
     return sorted(results, key=lambda result: order[result.target])
@@ -197,15 +203,18 @@ def _send(member: ProcessIdentity, number: int) -> bool:
     return True
 
 
-def _wait_for_clean_endings(patience: Mapping[ProcessIdentity, float]) -> None:
+def _wait_for_clean_endings(
+    patience: Mapping[ProcessIdentity, float], renew: Renewal | None
+) -> None:
     pending = dict(patience)
     while pending:
         now = time.monotonic()
-        pending = {
-            target: deadline
-            for target, deadline in pending.items()
-            if deadline > now and liveness(target) != "gone"
-        }
+        for target, deadline in list(pending.items()):
+            later = renew(target) if deadline <= now and renew is not None else None
+            if liveness(target) == "gone" or (deadline <= now and (later or now) <= now):
+                del pending[target]
+            elif later is not None:
+                pending[target] = later
         if pending:
             time.sleep(_WAIT_STEP_SECONDS)
 

@@ -148,15 +148,28 @@ def _ending_json(ending: Ending | None) -> dict[str, object] | None:
     if ending is None:
         return None
     left = None if ending.deadline is None else max(0.0, ending.deadline - time.monotonic())
-    return {
+    document: dict[str, object] = {
         "event": ending.event,
         "how": ending.how,
         "why": ending.why,
-        "grace_left_s": None if left is None else round(left, 2),
+        "grace_left_s": None if left is None or ending.event == "busy" else round(left, 2),
     }
+    if ending.event == "busy":
+        document["gil"] = ending.gil
+        document["busy_s"] = round(max(0.0, time.time() - ending.at), 1)
+        document["busy_wait_s"] = ending.busy_wait
+        document["left_s"] = None if left is None else round(left, 2)
+    return document
 
 
 def _ending_text(ending: Ending) -> str:
+    if ending.event == "busy":
+        since = max(0.0, time.time() - ending.at)
+        bound = "" if ending.busy_wait is None else f"; killed at {ending.busy_wait:g} s"
+        return (
+            f"ending: busy in native code {since:.0f} s, GIL {ending.gil or 'held or free'}"
+            f"{bound} unless it returns"
+        )
     if ending.event == "begun" and ending.deadline is not None:
         left = max(0.0, ending.deadline - time.monotonic())
         return f"ending the clean way ({ending.why}), {left:.1f} s of its grace left"

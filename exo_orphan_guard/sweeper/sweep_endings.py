@@ -38,6 +38,41 @@ def patience(
     return waits
 
 
+def wait_lines(
+    verdicts: Sequence[Verdict],
+    waits: Mapping[ProcessIdentity, float],
+    latest: Mapping[ProcessIdentity, Ending],
+    now: float,
+    wall_now: float,
+) -> list[str]:
+    """One line per runner waited for: which, why, and until when (local time)."""
+    lines: list[str] = []
+    for verdict in verdicts:
+        if verdict.record is None or verdict.record.record.identity not in waits:
+            continue
+        target = verdict.record.record.identity
+        seconds = max(0.0, waits[target] - now)
+        until = time.strftime("%H:%M:%S", time.localtime(wall_now + seconds))
+        labels = "".join(f" {key}={value}" for key, value in sorted(verdict.labels.items()))
+        ending = latest.get(target)
+        if ending is not None and ending.event == "busy":
+            bound = "" if ending.busy_wait is None else f", killed at {ending.busy_wait:g} s"
+            why = (
+                f"its worker is gone; busy in native code "
+                f"{max(0.0, wall_now - ending.at):.0f} s, GIL {ending.gil or 'held or free'}"
+                f"{bound} unless it returns"
+            )
+        elif ending is not None and ending.event == "begun":
+            why = "its worker is gone and its clean ending has begun"
+        else:
+            why = "its worker is gone and its watchdog is about to say how it ends"
+        lines.append(
+            f"waiting for runner {target.pid}{labels} to end by itself ({why}) until "
+            f"{until} ({seconds:.1f} s), then it is stopped"
+        )
+    return lines
+
+
 def with_endings(
     results: Sequence[KillResult],
     verdicts: Sequence[Verdict],

@@ -50,6 +50,10 @@ class SweepRequest:
     kill_wait: float
     """Seconds to wait for a SIGKILLed process to be gone."""
     lock_timeout: float
+    on_wait: Callable[[str], None] | None = None
+    """Told one line for each runner the sweep waits for: which, why, until when."""
+    wait_for_endings: bool = True
+    """False (`sweep --now`): no waiting for runners already ending by themselves."""
 
 
 @final
@@ -117,6 +121,8 @@ def sweep(
     any_parent: bool = False,
     all_users: bool = False,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    on_wait: Callable[[str], None] | None = None,
+    wait_for_endings: bool = True,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -129,8 +135,9 @@ def sweep(
     cannot read.
 
     `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
-    a recorded runner already ending the clean way is first waited for, until its own
-    grace is out.
+    a recorded runner already ending the clean way, or busy in native code, is first
+    waited for, until its watchdog would kill it (`wait_for_endings=False`: not at
+    all); `on_wait` gets one line for each wait, saying which, why and until when.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -143,7 +150,9 @@ def sweep(
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
-    request = SweepRequest(options, dry_run, registry_dir, grace, kill_wait, lock_timeout)
+    request = SweepRequest(
+        options, dry_run, registry_dir, grace, kill_wait, lock_timeout, on_wait, wait_for_endings
+    )
     return _run(request, warnings, started)
 
 
@@ -329,9 +338,34 @@ def _act(
     journal: FreezeJournal | None,
 ) -> list[KillResult]:
     began = time.monotonic()
-    waits = sweep_endings.patience(verdicts, _latest_endings(registry, table.boot_id), began)
+    before = _latest_endings(registry, table.boot_id)
+    waits = sweep_endings.patience(verdicts, before, began) if request.wait_for_endings else {}
+    announce = request.on_wait
+    if announce is not None:
+        for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
+            announce(line)
+
+    def renew(target: ProcessIdentity) -> float | None:
+        """A deadline out: wait on if the watchdog has since recorded a later one (a
+        runner busy in native code is recorded so 0.5 s after the notice)."""
+        recorded = _latest_endings(registry, table.boot_id).get(target)
+        now = time.monotonic()
+        later = endings.recorded_deadline(recorded, now)
+        if later is not None and announce is not None and recorded is not None:
+            for line in sweep_endings.wait_lines(
+                verdicts, {target: later}, {target: recorded}, now, time.time()
+            ):
+                announce(line)
+        return later
+
     results = killing.execute(
-        _targets(verdicts), table.protected, request.grace, request.kill_wait, journal, waits
+        _targets(verdicts),
+        table.protected,
+        request.grace,
+        request.kill_wait,
+        journal,
+        waits,
+        renew,
     )
     # Read again: watchdogs recorded how the runners waited for ended.
     latest = _latest_endings(registry, table.boot_id)

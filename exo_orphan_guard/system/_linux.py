@@ -150,7 +150,7 @@ def is_stopped(pid: int) -> bool | None:
         stat = read_stat(pid)
     except PermissionError:
         return None
-    return stat is not None and stat.state in ("T", "t")
+    return None if stat is None else stat.state in ("T", "t")
 
 
 def pipe_inodes(pid: int) -> frozenset[int] | None:
@@ -204,6 +204,14 @@ def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
             continue
         if data:
             yield Pid(int(name)), data
+
+
+def process_group(pid: int) -> int | None:
+    try:
+        stat = read_stat(pid)
+    except PermissionError:
+        return None
+    return None if stat is None else stat.pgrp
 
 
 def group_members(groups: Collection[int]) -> list[Pid]:

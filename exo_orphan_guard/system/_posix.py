@@ -173,6 +173,10 @@ def environment_value(pid: int, name: str) -> str | None:
     raise PermissionError(f"cannot read the environment of process {pid} here")
 
 
+def process_group(pid: int) -> int | None:
+    return read_or(lambda: os.getpgid(pid), None)
+
+
 def group_members(groups: Collection[int]) -> list[Pid]:
     found: list[Pid] = []
     for pid in psutil.pids():

@@ -15,6 +15,7 @@ TOGGLE_ENV: Final = "EXO_ORPHAN_GUARD"
 STRATEGY_ENV: Final = "EXO_ORPHAN_GUARD_STRATEGY"
 DIR_ENV: Final = "EXO_ORPHAN_GUARD_DIR"
 GRACE_ENV: Final = "EXO_ORPHAN_GUARD_GRACE"
+BUSY_WAIT_ENV: Final = "EXO_ORPHAN_GUARD_BUSY_WAIT"
 WORKER_ENV: Final = "EXO_ORPHAN_GUARD_WORKER"
 """Set by `prepare_worker()` in the worker and inherited by every runner it spawns."""
 RUNNER_ENV: Final = "EXO_ORPHAN_GUARD_RUNNER"
@@ -35,8 +36,14 @@ DEFAULT_GRACE_SECONDS: Final = 10.0
 shutdown) before it is killed; also what a sweep waits between SIGTERM and SIGKILL."""
 MAX_GRACE_SECONDS: Final = 120.0
 WEDGE_SECONDS: Final = 0.5
-"""A runner that has not begun its clean ending this long after the notice is wedged
-(its main thread is in native code holding the GIL) and is killed then."""
+"""A runner that has not begun its clean ending this long after the notice is busy in
+native code: its watchdog records it so (sweeps then wait for it too), and with
+`EXO_ORPHAN_GUARD_BUSY_WAIT=0` kills it then."""
+DEFAULT_BUSY_WAIT_SECONDS: Final = 120.0
+"""How long, from the notice, a runner busy in native code (an `mx.eval`, a weight
+read, `mx.distributed.init()`) is waited for to come back to Python and end the clean
+way: one 4096-token prefill chunk of a 671B model at about 60 tok/s, with margin."""
+MAX_BUSY_WAIT_SECONDS: Final = 900.0
 
 T = TypeVar("T")
 
@@ -99,6 +106,33 @@ def parse_grace(raw: str | None) -> Parsed[float]:
             f"using {DEFAULT_GRACE_SECONDS:g}",
         )
     return Parsed(seconds)
+
+
+def parse_busy_wait(raw: str | None) -> Parsed[float]:
+    if raw is None or not raw.strip():
+        return Parsed(DEFAULT_BUSY_WAIT_SECONDS)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0.0 <= seconds <= MAX_BUSY_WAIT_SECONDS:
+        return Parsed(
+            DEFAULT_BUSY_WAIT_SECONDS,
+            f"{BUSY_WAIT_ENV}={raw!r} is not a number of seconds in "
+            f"0..{MAX_BUSY_WAIT_SECONDS:g}: using {DEFAULT_BUSY_WAIT_SECONDS:g}",
+        )
+    return Parsed(seconds)
+
+
+def busy_wait_setting() -> Parsed[float]:
+    """EXO_ORPHAN_GUARD_BUSY_WAIT: how long a runner busy in native code is waited for."""
+    return parse_busy_wait(os.environ.get(BUSY_WAIT_ENV))
+
+
+def busy_bound(busy_wait: float) -> float:
+    """Seconds from the notice until a runner that has not come back to Python is
+    killed: the busy wait, or with 0 the old wedge bound."""
+    return busy_wait if busy_wait > 0 else WEDGE_SECONDS
 
 
 def grace_setting() -> Parsed[float]:

@@ -62,7 +62,13 @@ def _sweep_arguments(command: argparse.ArgumentParser) -> None:
         type=_seconds,
         metavar="SECONDS",
         help=f"between SIGTERM and SIGKILL (default ${settings.GRACE_ENV} or "
-        f"{settings.DEFAULT_GRACE_SECONDS:g})",
+        f"{settings.DEFAULT_GRACE_SECONDS:g}; with --now, 0)",
+    )
+    command.add_argument(
+        "--now",
+        action="store_true",
+        help="kill at once: do not wait for runners already ending the clean way or busy "
+        "in native code (on macOS a hard kill can strand wired memory until a reboot)",
     )
 
 
@@ -99,7 +105,7 @@ def _judging_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _patch_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("action", choices=("check", "apply", "revert"))
+    command.add_argument("action", choices=("check", "apply", "revert", "export"))
     command.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
     command.add_argument(
         "--source",
@@ -110,6 +116,12 @@ def _patch_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
+    )
+    command.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="export: where the series goes (default: ./orphan-guard-<series>)",
     )
 
 
@@ -171,8 +183,9 @@ _COMMANDS: Final[
         "patch",
         "put the guard's hooks into an exo source tree",
         "Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do "
-        "(a uv lock that failed is a line saying what to run); 2 not an exo tree, no series "
-        "fits, conflicting edits, or a bad --source.",
+        "(a uv lock that failed is a line saying what to run); export: 0 written; 2 not an "
+        "exo tree, no series fits, conflicting edits, a bad --source, or an --out that "
+        "cannot be written.",
         _patch_arguments,
     ),
     (
@@ -243,15 +256,22 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
     from ..sweeper.sweeping import sweep
 
     dry_run = command == "scan" or bool(arguments.dry_run)
+    now = command == "sweep" and bool(arguments.now)
+    grace: float | None = None if command == "scan" else arguments.grace
+    if now:
+        print(NOW_WARNING, file=sys.stderr, flush=True)
+        grace = 0.0 if grace is None else grace
     try:
         report = sweep(
             dry_run=dry_run,
             registry_dir=arguments.dir,
-            grace=None if command == "scan" else arguments.grace,
+            grace=grace,
             fingerprint=not arguments.registry_only,
             match=arguments.match,
             any_parent=arguments.any_parent,
             all_users=arguments.all_users,
+            wait_for_endings=not now,
+            on_wait=_say_on_stderr,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
@@ -262,17 +282,31 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
     return report.exit_code
 
 
+NOW_WARNING = (
+    "exo-orphan-guard sweep --now: killing without waiting for runners that are ending "
+    "the clean way or busy in native code; on macOS a hard kill of a process holding "
+    "wired Metal memory can strand it until a reboot"
+)
+
+
+def _say_on_stderr(line: str) -> None:
+    print(f"exo-orphan-guard sweep: {line}", file=sys.stderr, flush=True)
+
+
 def _patch(arguments: argparse.Namespace) -> int:
     from ..exo import patch_command
 
     action: patch_command.Action = arguments.action
     source: Path | None = arguments.source
+    out: Path | None = arguments.out
     for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
         if given and action != "apply":
             raise UsageError(f"{flag} is for apply, not {action}")
+    if out is not None and action != "export":
+        raise UsageError(f"--out is for export, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
     try:
-        return patch_command.run(action, tree, source, lock=not arguments.no_lock)
+        return patch_command.run(action, tree, source, lock=not arguments.no_lock, out=out)
     except patch_command.PatchCommandError as error:
         raise UsageError(str(error)) from error
 
@@ -346,6 +380,7 @@ def _on_hosts(arguments: argparse.Namespace, command: str) -> int:
         if command == "sweep":
             words += ["--dry-run"] if arguments.dry_run else []
             words += ["--grace", f"{arguments.grace!r}"] if arguments.grace is not None else []
+            words += ["--now"] if arguments.now else []
     report = remote.run_on_hosts(hosts, command, words)
     print(remote.to_json(report) if arguments.json else remote.to_text(report))
     return report.exit_code

@@ -25,11 +25,13 @@ from ..sweeper.sweeping import judge
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.process_facts import WiredMemory
-from . import hard_kills, rdma_ports, stranded_memory
+from . import bounds_check, hard_kills, rdma_ports, stranded_memory
 from .check import Check
 
 QUEUE_PAIRS_PER_DEVICE: Final = 10
 """Thunderbolt RDMA devices take about ten queue pairs each (mlx PR 4209)."""
+_DEFAULT_GRACE: Final = settings.Parsed(settings.DEFAULT_GRACE_SECONDS)
+_DEFAULT_BUSY_WAIT: Final = settings.Parsed(settings.DEFAULT_BUSY_WAIT_SECONDS)
 
 
 @final
@@ -55,6 +57,8 @@ class NodeFacts:
     rdma: rdma_ports.RdmaReport = rdma_ports.NOT_ON_PATH
     endings: tuple[Ending, ...] = ()
     """How runners ended since boot (`records.endings`)."""
+    grace: settings.Parsed[float] = _DEFAULT_GRACE
+    busy_wait: settings.Parsed[float] = _DEFAULT_BUSY_WAIT
 
 
 def gather(exo_tree: Path | None) -> NodeFacts:
@@ -103,16 +107,20 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         endings=()
         if registry is None
         else tuple(endings.read(registry.path / endings.ENDINGS_NAME, table.boot_id)),
+        grace=settings.grace_setting(),
+        busy_wait=settings.busy_wait_setting(),
     )
 
 
 def assess(facts: NodeFacts) -> list[Check]:
     return [
         _guard(facts),
+        bounds_check.settings_check(facts.grace, facts.busy_wait),
         _patch(facts),
         _orphans(facts),
         _unkillable(facts),
         hard_kills.check(facts.endings),
+        bounds_check.under_way_check(facts.endings),
         _registry(facts),
         _queue_pairs(facts),
         stranded_memory.check(facts.wired),

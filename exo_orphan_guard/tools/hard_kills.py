@@ -1,9 +1,10 @@
 """`doctor`'s line on how runners ended since boot: the ones killed hard.
 
 A runner whose worker died either ended the clean way (exo's own shutdown released
-its model) or was killed: wedged in native code, over its grace, with grace 0, or by
-a sweep. On a Mac, exo's maintainers and MLX users report that a process killed hard
-while holding wired Metal memory or RDMA resources can strand them until a reboot.
+its model) or was killed: busy in native code past the busy wait, over its grace,
+with grace 0, or by a sweep. On a Mac, exo's maintainers and MLX users report that a
+process killed hard while holding wired Metal memory or RDMA resources can strand
+them until a reboot.
 """
 
 from __future__ import annotations

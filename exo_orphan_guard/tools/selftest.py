@@ -99,7 +99,13 @@ def _run_one(strategy: settings.Strategy | None, registry: Path) -> StrategyResu
     covers = frozenset[RunnerKind]() if strategy is None else MECHANISM_COVERS[strategy]
     try:
         worker = scenarios.start_worker(
-            KINDS, watch=watch, strategy=strategy or "auto", registry=registry
+            KINDS,
+            watch=watch,
+            strategy=strategy or "auto",
+            registry=registry,
+            # Its `gil` runner never returns from native code: a wedge by construction,
+            # to be ended within the deadline, not waited for as busy.
+            extra_env={settings.BUSY_WAIT_ENV: "0"},
         )
     except (OSError, RuntimeError) as error:
         return StrategyResult(strategy, (), error=f"could not start the worker: {error}")

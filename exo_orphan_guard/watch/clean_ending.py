@@ -4,11 +4,20 @@ Every notice of the worker's death (the watch thread's `pthread_kill`, the kerne
 PR_SET_PDEATHSIG, the watchdog's signal: whichever comes first) is `NOTICE_SIGNAL`,
 and its handler runs on the main thread, between two bytecodes: where exo's code
 runs. It checks that the worker really is gone, tells the watchdog the ending has
-begun (a byte on a pipe: a main thread that can run this is not wedged), makes the
-process able to end with nobody reading its output, and raises `WorkerGone` there.
-Exo catches it and runs its own shutdown; a program that catches nothing unwinds.
-The watchdog gives it the grace, and kills it only after that (or after
-`WEDGE_SECONDS`, if the handler never ran).
+begun (a byte on a pipe), makes the process able to end with nobody reading what it
+writes, and raises `WorkerGone` there. Exo catches it and runs its own shutdown; a
+program that catches nothing unwinds. The watchdog gives it the grace, and kills it
+only after that.
+
+A main thread in native code runs the handler only once the call returns: it is
+busy, not wedged, and is waited for (`EXO_ORPHAN_GUARD_BUSY_WAIT`). Meanwhile a small
+thread, woken by the watchdog's notice, beats on the same pipe: it can run only while
+the call lets go of the GIL, so its silence tells the watchdog the GIL is held.
+
+`WorkerGone` is not lost to a bare `except:`: until the runner exits it is raised
+again, at most once a second, except inside `ending_cleanly()`, whose clean-up is
+never interrupted (the watchdog repeats the notice only outside it, and the handler
+checks again).
 
 While the worker lives nothing here changes what a signal does: SIGTERM keeps its
 default action (exo's own stop of a runner stuck in native code must still end it).
@@ -41,7 +50,16 @@ NOTICE_SIGNAL: Final = signal.SIGUSR1
 BEGUN: Final = b"b"
 """On the pipe to the watchdog: the main thread has begun the clean ending."""
 SHUTTING_DOWN: Final = b"s"
-"""On the pipe to the watchdog: the ending runs the program's own shutdown."""
+"""On the pipe to the watchdog: the ending runs the program's own shutdown (inside
+`ending_cleanly()`), which nothing interrupts."""
+SHELTER_LEFT: Final = b"u"
+"""On the pipe to the watchdog: the program's own shutdown is over; repeat the notice."""
+HEARTBEAT: Final = b"h"
+"""On the pipe to the watchdog: a thread of the runner ran, so its main thread, not
+yet back in Python, does not hold the GIL."""
+HEARTBEAT_SECONDS: Final = 0.1
+AGAIN_SECONDS: Final = 1.0
+"""`WorkerGone` is raised again at most this often."""
 _WIDOWED: Final = select.POLLERR | select.POLLHUP
 _BEFORE_QUEUE_JOINS: Final = 100
 _THREADS_GONE_SECONDS: Final = 0.1
@@ -58,18 +76,35 @@ class _State:
         self.grace = grace
         self.phase: Phase = "watching"
         self.sheltered = 0
+        self.last_raised = 0.0
+        """`time.monotonic()` of the last WorkerGone, or of the end of the last shelter."""
+        self.prepared = False
+        """The first notice's handler has done all it does (a repeat may interrupt
+        nothing of it)."""
+        self.entered = 0.0
+        """`time.monotonic()` when the main thread last entered the handler."""
 
 
 _state: _State | None = None
 
 
-def install(me: ProcessIdentity, worker: ProcessIdentity, begun: int, grace: float) -> None:
+def install(
+    me: ProcessIdentity, worker: ProcessIdentity, begun: int, grace: float, notice: int
+) -> None:
     """Arm the handler (main thread only: Python's rule for signal handlers). `begun`:
-    the write end of the pipe whose other end the watchdog reads."""
+    the write end of the pipe whose other end the watchdog reads; `notice`: the read end
+    of the pipe the watchdog writes a byte to when the worker is gone (EOF: it is gone)."""
     global _state
     os.set_blocking(begun, False)
-    _state = _State(me, worker, begun, grace)
+    state = _State(me, worker, begun, grace)
+    _state = state
     signal.signal(NOTICE_SIGNAL, _on_notice)
+    threading.Thread(
+        target=_beat_after_the_notice,
+        args=(state, notice),
+        name="exo-orphan-guard-heartbeat",
+        daemon=True,
+    ).start()
 
 
 def notice_main_thread() -> None:
@@ -91,12 +126,15 @@ def ending_cleanly() -> Generator[None]:
         yield
         return
     state.sheltered += 1
-    if state.phase == "ending":
+    if state.phase == "ending" and state.sheltered == 1:
         _tell_watchdog(state, SHUTTING_DOWN)
     try:
         yield
     finally:
         state.sheltered -= 1
+        if state.phase == "ending" and state.sheltered == 0:
+            state.last_raised = time.monotonic()
+            _tell_watchdog(state, SHELTER_LEFT)
 
 
 def release_memory() -> None:
@@ -113,22 +151,68 @@ def release_memory() -> None:
 def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     del signal_number, frame
     state = _state
+    if state is None:
+        return
+    # Back in Python: no more heartbeats (what follows may let other threads run, which
+    # says nothing of the native call that has returned).
+    state.entered = time.monotonic()
+    if state.phase == "ending":
+        _raise_again(state)
+        return
     # A thread of the worker that exits also fires PR_SET_PDEATHSIG; so does a stray
     # SIGUSR1: only a worker confirmed gone ends the runner.
-    if state is None or state.phase == "ending" or not confirmed_gone(state.worker):
+    if not confirmed_gone(state.worker):
         return
+    # Notices that come together (PR_SET_PDEATHSIG, the watch thread, the watchdog)
+    # run this handler again inside itself: from here on they start nothing more, and
+    # the first WorkerGone is still a second away from any repeat.
     state.phase = "ending"
+    state.last_raised = time.monotonic()
     sheltered = state.sheltered > 0
     _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if sheltered else b""))
     _until_every_thread_is_gone(state.worker)
-    _prepare_to_end()
+    _prepare_to_end(state.worker)
     logger.warning(
         f"orphan guard: runner {state.me.pid}: its worker {state.worker.pid} died: "
         + ("finishing its shutdown" if sheltered else "ending the clean way")
         + f", killed if it has not exited within {state.grace:g} s"
     )
+    state.last_raised = time.monotonic()
+    state.prepared = True
     if not sheltered:
         raise WorkerGone(f"worker {state.worker.pid} is gone")
+
+
+def _raise_again(state: _State) -> None:
+    """A repeated notice: the first WorkerGone may have been swallowed (a bare
+    `except:`). Never inside `ending_cleanly()`, never once the main thread is done
+    (the interpreter's own exit is under way), never twice within `AGAIN_SECONDS`."""
+    if (
+        not state.prepared
+        or state.sheltered > 0
+        or sys.is_finalizing()
+        or not threading.main_thread().is_alive()
+    ):
+        return
+    now = time.monotonic()
+    if now - state.last_raised < AGAIN_SECONDS:
+        return
+    state.last_raised = now
+    raise WorkerGone(f"worker {state.worker.pid} is gone (again: the runner has not exited)")
+
+
+def _beat_after_the_notice(state: _State, notice: int) -> None:
+    """Once the watchdog's notice comes, beat until the main thread begins the ending.
+    Blocked in `read` until then: no wake-up while the worker lives."""
+    try:
+        if not os.read(notice, 1):
+            return  # the watchdog is gone: nothing to tell
+    except OSError:
+        return
+    woken = time.monotonic()
+    while state.entered < woken and state.phase != "ending":
+        _tell_watchdog(state, HEARTBEAT)
+        time.sleep(HEARTBEAT_SECONDS)
 
 
 def _tell_watchdog(state: _State, news: bytes) -> None:
@@ -136,9 +220,10 @@ def _tell_watchdog(state: _State, news: bytes) -> None:
         os.write(state.begun, news)
 
 
-def _prepare_to_end() -> None:
+def _prepare_to_end(worker: ProcessIdentity) -> None:
     """Nothing the dead worker held may stop the ending half-way."""
     _silence_widowed_output()
+    _stop_widowed_log_queues(worker)
     _skip_queue_joins()
     util = sys.modules.get("multiprocessing.util")
     if util is not None:
@@ -169,6 +254,46 @@ def _silence_widowed_output() -> None:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, fd)
             os.close(devnull)
+
+
+def _stop_widowed_log_queues(worker: ProcessIdentity) -> None:
+    """loguru's sinks added with `enqueue=True` (exo's `logger_setup`) write into a pipe
+    read by a thread of the process that added them: the dead worker. The runner holds
+    that pipe's read end too (pickled with the logger), so a write never fails: it
+    blocks for good once the pipe is full. From now on such handlers drop what they are
+    given (nobody would read it); the runner's own sinks, and queues whose reader
+    lives, are left alone. The class is patched, not the handlers: the runner's logger
+    is an unpickled copy, out of reach of `loguru.logger`."""
+    handler_class: object = getattr(sys.modules.get("loguru._handler"), "Handler", None)
+    emit: object = getattr(handler_class, "emit", None)
+    if not isinstance(handler_class, type) or not callable(emit):
+        return
+    if getattr(emit, "_orphan_guard_widowed", False):
+        return
+    widowed: dict[int, bool] = {worker.pid: True, os.getpid(): False}
+
+    def emit_unless_widowed(self: object, *args: object, **kwargs: object) -> object:
+        owner = getattr(self, "_owner_process_pid", None)
+        if getattr(self, "_enqueue", False) is True and isinstance(owner, int):
+            if owner not in widowed:
+                widowed[owner] = not _pid_exists(owner)
+            if widowed[owner]:
+                return None
+        return emit(self, *args, **kwargs)
+
+    emit_unless_widowed._orphan_guard_widowed = True  # pyright: ignore[reportFunctionMemberAccess]
+    with contextlib.suppress(AttributeError, TypeError):
+        handler_class.emit = emit_unless_widowed  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _widowed(fd: int) -> bool:

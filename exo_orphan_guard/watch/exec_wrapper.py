@@ -38,7 +38,9 @@ from ..records import endings
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
+from .clean_ending import ending_cleanly
 from .runner_watch import arm_watch
+from .tree_kill import kill_verified, verified_descendants, verified_members
 from .worker_gone import WorkerGone
 
 FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -224,13 +226,21 @@ class _Supervisor:
                 returncode = self._step()
             except WorkerGone:
                 self._parent_gone_at = time.monotonic()
-                self._stop(signal.SIGTERM, "its parent died")
-                continue
+                # The stop is the wrapper's own clean ending: the repeated WorkerGone
+                # must not cut it short (nor send CMD a SIGTERM a second).
+                with ending_cleanly():
+                    self._stop(signal.SIGTERM, "its parent died")
+                    returncode = self._until_exit()
             if returncode is not None:
                 break
         if self._deadline is not None:
             # Stopped on request: what CMD left in its group goes with it.
             self._kill_tree()
+        return returncode
+
+    def _until_exit(self) -> int:
+        while (returncode := self._step()) is None:
+            pass
         return returncode
 
     def _step(self) -> int | None:
@@ -298,22 +308,23 @@ class _Supervisor:
             self._child.send_signal(number)
 
     def _kill_tree(self) -> None:
-        """SIGKILL the command's tree and whatever is left in the wrapper's group.
+        """SIGKILL the command's tree and whatever is left in the wrapper's group, by
+        the watch's verified path (`tree_kill`): only processes identified and proven
+        to be in the tree or the group, each checked again as it is signalled.
 
         The wrapper's watchdog (its only other child) is spared: if the wrapper dies
         half-way (PR_SET_PDEATHSIG as the launcher exits), the watchdog kills the group.
         """
         me = os.getpid()
         spared = {me, *(pid for pid in system.child_pids(me) if pid != self._child.pid)}
-        doomed: list[int] = []
-        if self._child.returncode is None:  # once reaped, its pid may be someone else's
-            doomed += [self._child.pid, *system.descendants(self._child.pid)]
+        doomed: list[ProcessIdentity] = []
+        # Not yet reaped, the child keeps its pid; once reaped, that may be anyone's.
+        child = identity_of(self._child.pid) if self._child.returncode is None else None
+        if child is not None:
+            doomed += [child, *verified_descendants(child)]
         if self._group is not None:
-            doomed += system.group_members([self._group])
-        for pid in dict.fromkeys(doomed):
-            if pid not in spared:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            doomed += verified_members(self._group)
+        kill_verified(target for target in dict.fromkeys(doomed) if target.pid not in spared)
 
 
 def _grace(options: ExecOptions) -> float:

@@ -52,7 +52,10 @@ class WatchedRunner:
     """The process group `me` leads, or None."""
     labels: Mapping[str, str]
     grace: float
-    """How long a clean ending may take (0: none)."""
+    """How long a clean ending may take once begun (0: none)."""
+    busy_wait: float = 0.0
+    """How long, from the notice, a main thread in native code is waited for (0: the
+    wedge bound, `WEDGE_SECONDS`)."""
 
 
 def guard_runner(**labels: str) -> None:
@@ -86,11 +89,15 @@ def _start_watch(labels: Mapping[str, str]) -> WatchPlan | None:
     grace = settings.grace_setting()
     if grace.warning is not None:
         warn_once(grace.warning)
+    busy_wait = settings.busy_wait_setting()
+    if busy_wait.warning is not None:
+        warn_once(busy_wait.warning)
     me = current_identity()
     worker = _recorded_worker()
     if worker is None or liveness(worker) == "gone":
         _die(me, None, "its worker died before the runner was guarded")
-    return arm_watch(me, worker, _lead_own_process_group(), labels, strategy.value, grace.value)
+    group = _lead_own_process_group()
+    return arm_watch(me, worker, group, labels, strategy.value, grace.value, busy_wait.value)
 
 
 def arm_watch(
@@ -100,12 +107,15 @@ def arm_watch(
     labels: Mapping[str, str],
     strategy: settings.Strategy,
     grace: float,
+    busy_wait: float = 0.0,
 ) -> WatchPlan:
     """Arm the watch of process `me` (this one) on `worker` and record it.
 
     `group`: the process group `me` leads, or None. `grace`: how long a clean ending
-    may take (0: none, the tree is killed at once). Exits at once (killing the tree)
-    if the worker dies while the watch is armed. Raises whatever arming fails with.
+    may take once begun (0: none, the tree is killed at once). `busy_wait`: how long,
+    from the notice, a main thread in native code is waited for (0: `WEDGE_SECONDS`).
+    Exits at once (killing the tree) if the worker dies while the watch is armed.
+    Raises whatever arming fails with.
     """
     # Everything `me` starts from now on inherits this: proof, later, of what it started.
     os.environ[settings.RUNNER_ENV] = me.encode()
@@ -120,7 +130,7 @@ def arm_watch(
         logger.warning(f"orphan guard: {note}")
 
     registry = _open_registry()
-    runner = WatchedRunner(me, worker, group, labels, grace)
+    runner = WatchedRunner(me, worker, group, labels, grace, busy_wait)
     if plan.watchdog:
         plan = _fork_watchdog(runner, plan, capabilities, registry)
     if plan.parent_death_signal:
@@ -155,13 +165,17 @@ def _fork_watchdog(
     capabilities: WatchCapabilities,
     registry: Registry | None,
 ) -> WatchPlan:
-    """Start the watchdog (and, for a clean ending, the pipe it learns of it by); the
-    plan as it stands after, without the watchdog or the clean ending if fork fails."""
+    """Start the watchdog (and, for a clean ending, the pipes it learns of it by and
+    wakes the runner's heartbeat by); the plan as it stands after, without the
+    watchdog or the clean ending if fork fails."""
     clean = plan.ending == "clean"
     begun_read, begun_write = os.pipe() if clean else (None, None)
+    notice_read, notice_write = os.pipe() if clean else (None, None)
     ending = EndingPlan(
         grace=runner.grace if clean else 0.0,
         begun=begun_read,
+        notice=notice_write,
+        busy_wait=runner.busy_wait,
         endings_path=None if registry is None else str(registry.path / endings.ENDINGS_NAME),
         boot_id=system.boot_id(),
         labels=dict(runner.labels),
@@ -176,8 +190,9 @@ def _fork_watchdog(
         start_watchdog(runner.worker, runner.me, runner.group, chain, record_path, ending)
     except OSError as error:
         logger.warning(f"orphan guard: could not fork the watchdog ({error})")
-        if begun_write is not None:
-            os.close(begun_write)
+        for fd in (begun_write, notice_read):
+            if fd is not None:
+                os.close(fd)
         return dataclasses.replace(
             plan,
             watchdog=False,
@@ -186,10 +201,11 @@ def _fork_watchdog(
             why_kill="no watchdog process to bound a clean ending",
         )
     finally:
-        if begun_read is not None:
-            os.close(begun_read)
-    if begun_write is not None:
-        clean_ending.install(runner.me, runner.worker, begun_write, runner.grace)
+        for fd in (begun_read, notice_write):
+            if fd is not None:
+                os.close(fd)
+    if begun_write is not None and notice_read is not None:
+        clean_ending.install(runner.me, runner.worker, begun_write, runner.grace, notice_read)
     return plan
 
 

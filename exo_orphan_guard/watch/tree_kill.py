@@ -1,7 +1,16 @@
 """SIGKILL a runner and everything it started, once its worker is confirmed dead.
 
 Usually called from inside the runner's own process group (by the runner's watch
-thread or by its watchdog), where the group kill ends the caller too.
+thread or by its watchdog), where the group kill ends the caller too. The exec
+wrapper ends its command's tree with the same pieces (`verified_descendants`,
+`verified_members`, `kill_verified`).
+
+A walk of the process table is older than its answer: a pid it names may have
+exited and been reused by a stranger since. So nothing is signalled by a bare pid:
+each process is identified (pid and start), proven to still belong where the walk
+found it (its parent, or its group, read after its identity), and checked again as
+it is signalled (through a pidfd on Linux, so that the check and the signal are about
+one process).
 """
 
 from __future__ import annotations
@@ -9,9 +18,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from collections.abc import Iterable
 
 from .. import system
 from ..system.identity import ProcessIdentity, identity_of, liveness
+from .waiters import can_use_pidfd
 
 
 def kill_runner_tree(runner: ProcessIdentity, group: int | None) -> None:
@@ -25,23 +36,75 @@ def kill_runner_tree(runner: ProcessIdentity, group: int | None) -> None:
     after; a caller inside it must kill the strays first, as the group kill ends it.
     """
     me = os.getpid()
-    strays = [
-        identity
-        for pid in system.descendants(runner.pid)
-        if pid != me and (identity := identity_of(pid)) is not None
-    ]
+    strays = [stray for stray in verified_descendants(runner) if stray.pid != me]
     inside = group is not None and _group_of_caller() == group
     if group is not None and not inside:
         _kill_group(group)
-    for stray in strays:
-        # Checked again: a pid freed by the group kill may have been reused since.
-        if liveness(stray) == "alive":
-            _kill_quietly(stray.pid)
+    # Checked again as each is signalled: a pid freed by the group kill may be reused.
+    kill_verified(strays)
     if group is None:
-        if liveness(runner) == "alive":
-            _kill_quietly(runner.pid)
+        kill_verified([runner])
     elif inside:
         _kill_group(group)
+
+
+def verified_descendants(root: ProcessIdentity) -> list[ProcessIdentity]:
+    """`root`'s descendants, parents first, each proven to be one: its parent, read
+    after its identity, is `root` or a descendant proven before it. None of a root
+    that is gone (the walk may have been of a process that took its pid)."""
+    walk = system.descendants(root.pid)
+    if liveness(root) != "alive":
+        return []
+    proven: list[ProcessIdentity] = []
+    parents = {root.pid}
+    for pid in walk:
+        identity = identity_of(pid)
+        if identity is None:
+            continue
+        try:
+            parent = system.parent_pid(pid)
+        except PermissionError:
+            continue
+        if parent in parents:
+            parents.add(pid)
+            proven.append(identity)
+    return proven
+
+
+def verified_members(group: int) -> list[ProcessIdentity]:
+    """The members of process group `group`, each proven one by its group, read after
+    its identity."""
+    proven: list[ProcessIdentity] = []
+    for pid in system.group_members([group]):
+        identity = identity_of(pid)
+        if identity is not None and system.process_group(pid) == group:
+            proven.append(identity)
+    return proven
+
+
+def kill_verified(targets: Iterable[ProcessIdentity]) -> None:
+    """SIGKILL each target that is still the process identified; nothing else."""
+    for target in targets:
+        if can_use_pidfd():
+            _kill_through_pidfd(target)
+        elif liveness(target) == "alive":
+            _kill_quietly(target.pid)
+
+
+def _kill_through_pidfd(target: ProcessIdentity) -> None:
+    """The pidfd is opened first: if the identity still holds once it is open, the
+    pidfd is that process's (a live process keeps its pid), and a signal through it
+    can reach no other, whatever exits meanwhile."""
+    try:
+        pidfd = os.pidfd_open(target.pid)
+    except OSError:
+        return  # gone, or not ours to ask about
+    try:
+        if liveness(target) == "alive":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    finally:
+        os.close(pidfd)
 
 
 def _group_of_caller() -> int:

@@ -4,11 +4,17 @@ A runner stuck in native code holding the GIL (MLX's `mx.distributed.init()` doe
 this) cannot run any Python thread of its own. The watchdog is a separate process, so
 it can wait on the worker and end the runner whatever the runner is doing.
 
-When the worker dies it notices the runner (`NOTICE_SIGNAL`) and bounds its clean
-ending: a runner that has not begun it within `WEDGE_SECONDS` is wedged, one that has
-not exited within its grace is hanging; either is killed with its group. A runner
-that exits in time ended cleanly. Each ending is recorded (`records.endings`). With
-no clean ending (grace 0) it kills the group at once, as the only way.
+When the worker dies it notices the runner (`NOTICE_SIGNAL`, and a byte that wakes
+the runner's heartbeat thread) and bounds its clean ending. A runner whose main thread
+has not begun it is busy in native code: it is waited for until the busy wait
+(`EXO_ORPHAN_GUARD_BUSY_WAIT`, from the notice) and recorded as busy, with the GIL
+held or free (heartbeats from the runner, or none). Once begun, the ending has the
+grace; outside `ending_cleanly()` the notice is repeated every second, so that a
+swallowed `WorkerGone` comes again. A runner still busy at the busy wait, or not
+exited within its grace, is killed with its group; one that exits in time ended
+cleanly. Each ending is recorded (`records.endings`). With no clean ending (grace 0)
+it kills the group at once, as the only way; on any error of its own, it kills the
+group if the worker is gone, and records why.
 
 It is forked, not spawned: no interpreter start-up, nothing to find on disk, and it
 works the same in exo's frozen (PyInstaller) app, which cannot run `python -c`. It is
@@ -21,6 +27,7 @@ includes itself, once the runner is gone or killed).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import os
 import select
@@ -36,16 +43,30 @@ from ..records import endings
 from ..records.endings import Ending
 from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
-from ..system.settings import WEDGE_SECONDS
-from .clean_ending import BEGUN, NOTICE_SIGNAL, SHUTTING_DOWN
+from ..system.settings import WEDGE_SECONDS, busy_bound
+from .clean_ending import (
+    AGAIN_SECONDS,
+    BEGUN,
+    HEARTBEAT,
+    HEARTBEAT_SECONDS,
+    NOTICE_SIGNAL,
+    SHELTER_LEFT,
+    SHUTTING_DOWN,
+)
 from .tree_kill import kill_runner_tree
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
 _BEGUN_FD: Final = 3
 """Where the watchdog keeps the read end of the runner's `begun` pipe."""
+_NOTICE_FD: Final = 4
+"""Where it keeps the write end of the pipe that wakes the runner's heartbeat."""
 _CHECK_SECONDS: Final = 0.05
+_SILENCE_SECONDS: Final = 3.5 * HEARTBEAT_SECONDS
+"""No heartbeat for this long: the runner's main thread holds the GIL."""
 
-Outcome = Literal["clean", "shut down", "wedged", "hanging"]
+_MAX_BUSY_LINES: Final = 8
+Outcome = Literal["clean", "shut down", "busy", "hanging"]
+Gil = Literal["held", "free"]
 
 
 @final
@@ -63,6 +84,11 @@ class EndingPlan:
     by: endings.By = "watchdog"
     labels: Mapping[str, str] = field(default_factory=dict[str, str])
     why_no_clean_ending: str = ""
+    notice: int | None = None
+    """Write end of the pipe whose byte wakes the runner's heartbeat thread."""
+    busy_wait: float = 0.0
+    """From the notice, how long a runner busy in native code is waited for (0: the
+    wedge bound, `WEDGE_SECONDS`)."""
 
 
 def start_watchdog(
@@ -97,7 +123,7 @@ def _watchdog_main(
         # Objects copied from the runner must not be finalised here: one could close
         # an fd number that our own pidfd has since taken.
         gc.disable()
-        begun = _detach_inherited_files(plan.begun)
+        begun, notice = _detach_inherited_files(plan.begun, plan.notice)
         if os.getppid() != runner.pid:
             os._exit(0)
         threading.Thread(
@@ -115,50 +141,149 @@ def _watchdog_main(
         else:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(runner.pid, NOTICE_SIGNAL)  # the runner may have no thread to tell it
-            outcome = _await_the_ending(runner, begun, noticed, plan)
-            _record(plan, runner, *_described(outcome, time.monotonic() - noticed, plan.grace))
+            if notice is not None:
+                with contextlib.suppress(OSError):
+                    os.write(notice, b"n")
+            outcome, gil = _await_the_ending(runner, begun, noticed, plan)
+            after = time.monotonic() - noticed
+            _record(plan, runner, *_described(outcome, after, gil, plan.grace))
         kill_runner_tree(runner, group)
-    except BaseException:
+    except BaseException as error:
         exit_code = 1
+        _end_after_a_failure(worker, runner, group, plan, error)
     finally:
         os._exit(exit_code)
 
 
+def _end_after_a_failure(
+    worker: ProcessIdentity,
+    runner: ProcessIdentity,
+    group: int | None,
+    plan: EndingPlan,
+    error: BaseException,
+) -> None:
+    """The watchdog failed: if the worker is gone, nothing else bounds the runner (it
+    may hold the GIL), so its group is killed, and why is recorded."""
+    with contextlib.suppress(BaseException):
+        if liveness(worker) != "gone" or liveness(runner) == "gone":
+            return
+        why = f"its watchdog failed ({type(error).__name__}: {error}) after its worker died"
+        _record(plan, runner, "killed", None, why)
+        kill_runner_tree(runner, group)
+
+
+@final
+class _Watched:
+    """What the watchdog has learnt of the runner since the notice."""
+
+    def __init__(self, noticed: float) -> None:
+        self.noticed = noticed
+        self.begun_at: float | None = None
+        self.sheltered = False
+        self.shutting_down = False
+        self.beats: list[float] = []
+        """When the last heartbeats came (a few)."""
+        self.last_notice = noticed
+        self.recorded_gil: Gil | None = None
+        self.busy_lines = 0
+
+    def learn(self, data: bytes, now: float) -> None:
+        for byte in data:
+            news = bytes((byte,))
+            if news == HEARTBEAT:
+                self.beats = [*self.beats[-2:], now]
+            elif news == BEGUN and self.begun_at is None:
+                self.begun_at = now
+            elif news == SHUTTING_DOWN:
+                self.sheltered = self.shutting_down = True
+            elif news == SHELTER_LEFT:
+                self.sheltered = False
+                self.last_notice = now  # its own shutdown done: a second before the next
+
+    def gil(self, now: float) -> Gil:
+        """Free while heartbeats keep coming: two within the silence bound. One alone is
+        the thread slipping in as the main thread comes back to Python (its handler's
+        first bytecodes let the GIL go), which says nothing of the call."""
+        recent = [beat for beat in self.beats if now - beat < _SILENCE_SECONDS]
+        return "free" if len(recent) >= 2 else "held"
+
+
 def _await_the_ending(
     runner: ProcessIdentity, begun: int, noticed: float, plan: EndingPlan
-) -> Outcome:
-    """Wait for the runner to begin (a byte) and to exit (EOF, or gone), each in time."""
-    started = shutting_down = False
+) -> tuple[Outcome, Gil]:
+    """Wait for the runner to begin (a byte) within the busy wait and to exit (EOF, or
+    gone) within the grace from then; repeat the notice while it has not exited."""
+    watched = _Watched(noticed)
+    bound = busy_bound(plan.busy_wait)
     while True:
-        deadline = noticed + (plan.grace if started else min(WEDGE_SECONDS, plan.grace))
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return "hanging" if started else "wedged"
-        readable, _, _ = select.select([begun], [], [], min(left, _CHECK_SECONDS))
-        data = os.read(begun, 64) if readable else None
+        now = time.monotonic()
+        begun_at = watched.begun_at
+        deadline = noticed + bound if begun_at is None else begun_at + plan.grace
+        if now >= deadline:
+            return ("busy" if begun_at is None else "hanging"), watched.gil(now)
+        readable, _, _ = select.select([begun], [], [], min(deadline - now, _CHECK_SECONDS))
+        data = os.read(begun, 4096) if readable else None
         if data == b"" or liveness(runner) == "gone":
-            return "shut down" if shutting_down else "clean"
-        if data and BEGUN in data and not started:
-            started = True
-            _record(plan, runner, None, None, "its worker died", deadline=noticed + plan.grace)
-        shutting_down = shutting_down or bool(data and SHUTTING_DOWN in data)
+            return ("shut down" if watched.shutting_down else "clean"), watched.gil(now)
+        now = time.monotonic()
+        if data:
+            watched.learn(data, now)
+            if begun_at is None and watched.begun_at is not None:
+                _record_begun(plan, runner, watched.begun_at + plan.grace)
+        if watched.begun_at is None:
+            _note_busy(plan, runner, watched, now, bound)
+        elif not watched.sheltered and now - watched.last_notice >= AGAIN_SECONDS:
+            watched.last_notice = now  # a WorkerGone swallowed by a bare `except:` comes again
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(runner.pid, NOTICE_SIGNAL)
 
 
-def _described(outcome: Outcome, after: float, grace: float) -> tuple[endings.How, float, str]:
+def _note_busy(
+    plan: EndingPlan, runner: ProcessIdentity, watched: _Watched, now: float, bound: float
+) -> None:
+    """Past `WEDGE_SECONDS` without a beginning: a `busy` line, again if the GIL state
+    changes (a few times at most: a call that flaps must not flood the log). Its
+    deadline is the latest a sweep need wait: the busy wait, then the grace."""
+    if now - watched.noticed < WEDGE_SECONDS or bound <= WEDGE_SECONDS:
+        return
+    gil = watched.gil(now)
+    if gil == watched.recorded_gil or watched.busy_lines >= _MAX_BUSY_LINES:
+        return
+    watched.recorded_gil = gil
+    watched.busy_lines += 1
+    if plan.endings_path is not None:
+        endings.append(
+            plan.endings_path,
+            Ending(
+                event="busy",
+                pid=runner.pid,
+                started=runner.started,
+                boot_id=plan.boot_id,
+                at=time.time() - (now - watched.noticed),
+                by=plan.by,
+                why=f"busy in native code, GIL {gil}",
+                deadline=watched.noticed + bound + plan.grace,
+                labels=plan.labels,
+                gil=gil,
+                busy_wait=bound,
+            ),
+        )
+
+
+def _record_begun(plan: EndingPlan, runner: ProcessIdentity, deadline: float) -> None:
+    _record(plan, runner, None, None, "its worker died", deadline=deadline)
+
+
+def _described(
+    outcome: Outcome, after: float, gil: Gil, grace: float
+) -> tuple[endings.How, float, str]:
     match outcome:
         case "clean":
             return "clean", after, "it exited by itself after its worker died"
         case "shut down":
             return "clean", after, "it ran its own shutdown and exited by itself"
-        case "wedged":
-            return (
-                "killed",
-                after,
-                (
-                    f"wedged: its main thread had not begun the clean ending {WEDGE_SECONDS:g} s "
-                    "after the notice (native code holding the GIL)"
-                ),
-            )
+        case "busy":
+            return "killed", after, f"busy in native code for {after:.1f} s (GIL {gil})"
         case "hanging":
             return "killed", after, f"its clean ending did not finish within the {grace:g} s grace"
 
@@ -214,16 +339,27 @@ def _exit_with_runner(
     os._exit(0)
 
 
-def _detach_inherited_files(begun: int | None) -> int | None:
+def _detach_inherited_files(begun: int | None, notice: int | None) -> tuple[int | None, int | None]:
     """Hold none of the runner's pipes (exo waits for EOF on its stdout and stderr),
-    but the read end of the `begun` pipe, moved to `_BEGUN_FD`."""
+    but the read end of the `begun` pipe, moved to `_BEGUN_FD`, and the write end of
+    the notice pipe, moved to `_NOTICE_FD`."""
+    if begun is None:
+        notice = None
+    elif notice is not None:
+        # Both out of the way first: either may sit where the other is to go.
+        begun = fcntl.fcntl(begun, fcntl.F_DUPFD, _NOTICE_FD + 1)
+        notice = fcntl.fcntl(notice, fcntl.F_DUPFD, _NOTICE_FD + 1)
+        os.dup2(notice, _NOTICE_FD)
+        notice = _NOTICE_FD
     if begun is not None and begun != _BEGUN_FD:
         os.dup2(begun, _BEGUN_FD)
         begun = _BEGUN_FD
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    system.close_inherited_files(_BEGUN_FD if begun is None else _BEGUN_FD + 1)
-    if begun is not None:
-        os.set_inheritable(begun, False)
-    return begun
+    kept = _BEGUN_FD if begun is None else _NOTICE_FD if notice is None else _NOTICE_FD + 1
+    system.close_inherited_files(kept)
+    for fd in (begun, notice):
+        if fd is not None:
+            os.set_inheritable(fd, False)
+    return begun, notice

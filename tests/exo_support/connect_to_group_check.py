@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -61,6 +62,12 @@ from typing import Any
 VERSIONS = ("main", "v1.0.71")
 SLEEPER = "import time; time.sleep(600)"
 SPAWN_FLAG = "--multiprocessing-fork"
+WARM_UP = (
+    "exo.worker.main",
+    "exo.worker.tests.unittests.conftest",
+    "exo_orphan_guard.exo.worker",
+    "exo_orphan_guard.sweeper.sweeping",
+)
 
 
 def note(message: str) -> None:
@@ -143,9 +150,11 @@ class FakeSupervisor:
 
     async def start_task(self, task: Any) -> None:
         from exo.shared.types.tasks import ConnectToGroup
+        from exo.shared.types.worker.runners import RunnerConnecting
 
         self.received.append((task, time.monotonic(), self.orphan.alive()))
         note(f"fake supervisor got {type(task).__name__}")
+        self.status = RunnerConnecting()  # as the runner's acknowledgement would
         if isinstance(task, ConnectToGroup) and self.got_connect_to_group is not None:
             self.got_connect_to_group.set()
 
@@ -241,20 +250,75 @@ async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
     fake = FakeSupervisor(bound_instance=bound, status=RunnerIdle(), orphan=orphan)
     fake.got_connect_to_group = anyio.Event()
     worker.runners[bound.bound_runner_id] = fake  # pyright: ignore[reportArgumentType]
+    other = other_instance(worker, orphan)
 
     with anyio.move_on_after(timeout) as scope:
-        async with anyio.create_task_group() as tg:
+        # plan_step runs inside the Worker's own task group, as Worker.run runs it.
+        async with worker._tg as tg:  # pyright: ignore[reportPrivateUsage]
             tg.start_soon(worker.plan_step)
             await fake.got_connect_to_group.wait()
+            await anyio.sleep(0.5)  # a second ConnectToGroup would arrive by now
             tg.cancel_scope.cancel()
     if scope.cancelled_caught:
         note(f"no ConnectToGroup within {timeout:g} s")
     for receiver in (event_receiver, indexed_receiver, command_receiver, download_receiver):
         receiver.close()
+    fake.received += [entry for entry in other.received if entry not in fake.received]
     return fake
 
 
-def check(version: str, timeout: float) -> dict[str, Any]:
+def other_instance(worker: Any, orphan: Planted) -> FakeSupervisor:
+    """A single-node instance on this node, for which plan() asks for LoadModel once
+    the two-node one's ConnectToGroup is out of its way."""
+    from exo.shared.models.model_cards import ModelId
+    from exo.shared.types.worker.instances import BoundInstance, InstanceId
+    from exo.shared.types.worker.runners import RunnerId, RunnerIdle
+    from exo.worker.tests.constants import INSTANCE_2_ID, MODEL_A_ID, NODE_A, RUNNER_2_ID
+    from exo.worker.tests.unittests.conftest import (
+        get_mlx_ring_instance,
+        get_pipeline_shard_metadata,
+    )
+
+    shard = get_pipeline_shard_metadata(model_id=ModelId(MODEL_A_ID), device_rank=0, world_size=1)
+    instance = get_mlx_ring_instance(
+        instance_id=InstanceId(INSTANCE_2_ID),
+        model_id=ModelId(MODEL_A_ID),
+        node_to_runner={NODE_A: RunnerId(RUNNER_2_ID)},
+        runner_to_shard={RunnerId(RUNNER_2_ID): shard},
+    )
+    bound = BoundInstance(
+        instance=instance, bound_runner_id=RunnerId(RUNNER_2_ID), bound_node_id=NODE_A
+    )
+    worker.state = worker.state.model_copy(
+        update={
+            "instances": {**worker.state.instances, instance.instance_id: instance},
+            "runners": {**worker.state.runners, RunnerId(RUNNER_2_ID): RunnerIdle()},
+        }
+    )
+    fake = FakeSupervisor(bound_instance=bound, status=RunnerIdle(), orphan=orphan)
+    worker.runners[bound.bound_runner_id] = fake
+    return fake
+
+
+def start_busy_orphan() -> tuple[Planted, Any]:
+    """A guarded runner whose worker was killed while it was ending the clean way (a
+    Shutdown under way): the sweep waits for it, up to its grace, and never signals it."""
+    from exo_orphan_guard.rig import scenarios
+    from exo_orphan_guard.rig.scenario_worker import SHUTDOWN_SECONDS_ENV
+
+    registry = Path(os.environ["EXO_ORPHAN_GUARD_DIR"])
+    # Three seconds of shutdown: long enough that the wait is seen on a loaded machine.
+    started = scenarios.start_worker(
+        ["shutdown"], registry=registry, extra_env={SHUTDOWN_SECONDS_ENV: "3"}
+    )
+    scenarios.ask_to_shut_down(started)
+    time.sleep(0.2)  # inside its ending_cleanly() by now
+    scenarios.kill_worker(started)
+    time.sleep(0.1)  # its watchdog records that the ending has begun
+    return Planted.of(started.runners[0].identity.pid), started
+
+
+def check(version: str, timeout: float, busy: bool = False) -> dict[str, Any]:
     import anyio
 
     result: dict[str, Any] = {
@@ -264,6 +328,14 @@ def check(version: str, timeout: float) -> dict[str, Any]:
         "sweep_before_forward": False,
         "version": version,
     }
+    if busy:
+        result.update(
+            connect_to_group_once=False,
+            other_instance_served_while_waiting=False,
+            wait_logged=False,
+        )
+    scenario: Any = None
+    logged: list[str] = []
     scratch = Path(tempfile.mkdtemp(prefix="exo-ctg-check-"))
     planted: list[Planted] = []
     try:
@@ -271,7 +343,16 @@ def check(version: str, timeout: float) -> dict[str, Any]:
         from exo.shared.types.tasks import ConnectToGroup
 
         report_guard_wiring()
-        orphan = start_orphan()
+        if busy:
+            # Its ending lasts seconds: nothing slow (imports) may come after it starts.
+            for module in WARM_UP:
+                importlib.import_module(module)
+            from loguru import logger
+
+            logger.add(lambda message: logged.append(str(message)), level="INFO")
+            orphan, scenario = start_busy_orphan()
+        else:
+            orphan = start_orphan()
         planted.append(orphan)
         own = start_own_runner()
         planted.append(own)
@@ -295,6 +376,17 @@ def check(version: str, timeout: float) -> dict[str, Any]:
             _task, at, orphan_alive = forwarded[0]
             result["sweep_before_forward"] = not orphan_alive
             note(f"ConnectToGroup reached the supervisor {at - started:.2f} s after plan_step")
+        if busy:
+            from exo.shared.types.tasks import LoadModel
+
+            result["connect_to_group_once"] = len(forwarded) == 1
+            loads = [entry for entry in fake.received if isinstance(entry[0], LoadModel)]
+            result["other_instance_served_while_waiting"] = bool(loads) and loads[0][2]
+            waits = [line for line in logged if f"waiting for runner {orphan.pid} " in line]
+            result["wait_logged"] = len(waits) == 1 and " until " in waits[0]
+            note(f"logged: {waits}")
+            for task, at, alive in fake.received:
+                note(f"{type(task).__name__} at {at - started:.2f} s, orphan alive: {alive}")
         return result
     except Exception:  # report all-false (exit 1) rather than no JSON at all
         traceback.print_exc()
@@ -305,6 +397,10 @@ def check(version: str, timeout: float) -> dict[str, Any]:
                 process.kill()
             except Exception as error:
                 note(f"cleanup of pid {process.pid} failed: {error!r}")
+        if scenario is not None:
+            from exo_orphan_guard.rig import scenarios
+
+            scenarios.cleanup(scenario)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -312,13 +408,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", choices=VERSIONS, required=True)
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument(
+        "--busy-orphan",
+        action="store_true",
+        help="the orphan is ending cleanly: the sweep waits for it, plan_step must not",
+    )
     args = parser.parse_args()
 
     def stop(signum: int, _frame: Any) -> None:
         raise SystemExit(128 + signum)  # unwinds through check()'s cleanup
 
     signal.signal(signal.SIGTERM, stop)
-    result = check(args.version, args.timeout)
+    result = check(args.version, args.timeout, args.busy_orphan)
     print(json.dumps(result), flush=True)
     return 0 if all(value for key, value in result.items() if key != "version") else 1
 

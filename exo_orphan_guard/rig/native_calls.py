@@ -1,0 +1,103 @@
+"""What the busy stand-in runners do (`scenario_worker`): native calls that let go of
+the GIL or hold it, a watchdog that fails, exo's enqueued logger."""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING, Final, NoReturn
+
+from .notes import RunnerNotes
+
+if TYPE_CHECKING:
+    from loguru import Logger
+
+LONG_EVAL_SECONDS: Final = 3.0
+GIL_BUSY_SECONDS: Final = 1.5
+
+
+def one_long_eval_after_another(note: RunnerNotes) -> None:
+    """Each `mx.eval` one graph of matrix products, sized to take `LONG_EVAL_SECONDS`
+    here; MLX lets go of the GIL while it runs."""
+    import mlx.core as mx  # pyright: ignore[reportMissingImports]
+
+    held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
+    base = mx.ones((512, 512)) / 512  # pyright: ignore  # (mx.random would hold its key)
+    mx.eval(held, base)  # pyright: ignore
+    # Registered before the guard's own release (at exit the last registered runs
+    # first): what MLX still holds once the guard has collected and cleared its cache.
+    atexit.register(
+        lambda: note.write(
+            "exit",
+            active=int(mx.get_active_memory()),
+            cache=int(mx.get_cache_memory()),  # pyright: ignore
+        )
+    )
+
+    def product(steps: int) -> object:
+        result = base  # pyright: ignore
+        for _ in range(steps):
+            result = result @ base  # pyright: ignore
+        return result  # pyright: ignore
+
+    steps, last = 8, 0.0
+    while True:
+        graph = product(steps)
+        note.write("eval begun", steps=steps, last=last)
+        began = time.monotonic()
+        mx.eval(graph)  # pyright: ignore
+        last = time.monotonic() - began
+        note.write("eval returned", seconds=last)
+        if last < LONG_EVAL_SECONDS:  # this machine's speed (and load) sizes the next one
+            steps = int(steps * 1.2 * LONG_EVAL_SECONDS / max(last, 1e-3))
+
+
+def busy_in_native_code_holding_the_gil(note: RunnerNotes) -> None:
+    """One native call that holds the GIL, with every signal blocked in this thread
+    (as C++ code that masks signals around its work), and returns."""
+    every = signal.valid_signals()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, every)
+    try:
+        note.write("native begun")
+        ctypes.PyDLL(None).usleep(int(GIL_BUSY_SECONDS * 1_000_000))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    note.write("native returned")
+
+
+def busy_in_native_code_letting_go_of_the_gil(note: RunnerNotes) -> None:
+    seconds = float(os.environ.get("EOG_NATIVE_SECONDS", "2"))
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        note.write("native begun", seconds=seconds)
+        ctypes.CDLL(None).usleep(int(seconds * 1_000_000))  # CDLL: the GIL is let go
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+    note.write("native returned")
+
+
+def break_the_watchdog() -> None:
+    """The error a test injects: the watchdog (forked from here, so it inherits this)
+    fails as it begins to await the ending."""
+    from exo_orphan_guard.watch import watchdog
+
+    def fail(*args: object) -> NoReturn:
+        raise RuntimeError("injected by the test")
+
+    watchdog._await_the_ending = fail  # pyright: ignore[reportPrivateUsage]
+
+
+def exos_logger() -> Logger:
+    """What exo's `logger_setup(None)` makes: one sink, `enqueue=True` (a queue into a
+    thread of this process), that the runner gets pickled with its arguments."""
+    from loguru import logger
+
+    if not getattr(exos_logger, "done", False):
+        logger.remove()
+        logger.add(sys.stderr, format="{message}", level="INFO", enqueue=True)
+        exos_logger.done = True  # pyright: ignore[reportFunctionMemberAccess]
+    return logger

@@ -1,0 +1,191 @@
+"""A runner busy in native code when its worker dies is busy, not wedged: it is waited
+for until its call returns to Python, then ends the clean way, within the busy wait
+(`EXO_ORPHAN_GUARD_BUSY_WAIT`); only one still in native code at that bound is
+killed, and its ending says so, with the GIL held or free. `WorkerGone` is raised
+again until the runner exits, so a bare `except:` cannot keep it alive; a flood of
+logs into the dead worker's loguru queue does not block it; a watchdog that fails
+still kills a runner holding the GIL. Real processes, SIGKILLed workers, the
+watchdog's endings read back from the registry."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exo_orphan_guard.rig import ring_scenario, scenarios
+from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS, LONG_EVAL_SECONDS
+from exo_orphan_guard.rig.notes import read_notes
+from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.system import settings
+from tests.conftest import StartWorker
+from tests.test_clean_ending import Ended
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
+
+GRACE = 4.0
+BUSY_WAIT = 3.0
+"""Small, so that a runner that never returns is killed soon."""
+CLEAN_BOUND = 1.0
+"""Once back in Python, a runner ending the clean way is gone this soon (about 0.1 s)."""
+
+
+@pytest.fixture(autouse=True)
+def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    directory = tmp_path / "notes"
+    directory.mkdir()
+    return directory
+
+
+def wait_for_note(
+    notes: Path, pid: int, event: str, timeout: float = 60.0, *, sized: bool = False
+) -> dict[str, Any]:
+    """The runner's last note of `event`, once there is one (`sized`: an eval that
+    follows one of at least `LONG_EVAL_SECONDS`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [
+            note
+            for note in read_notes(notes, pid)
+            if note["event"] == event and (not sized or note["last"] >= LONG_EVAL_SECONDS)
+        ]
+        if found:
+            return found[-1]
+        assert time.monotonic() < deadline, f"runner {pid} never noted {event!r}"
+        time.sleep(0.01)
+
+
+def kill_when_noted(
+    start_worker: StartWorker, kind: RunnerKind, notes: Path, registry: Path, event: str
+) -> tuple[Ended, dict[str, Any]]:
+    """Start a runner, SIGKILL its worker right after the runner notes `event` (and a
+    little more: inside the call it announced), and see how the runner ended."""
+    worker = start_worker([kind], notes=notes)
+    runner = worker.runners[0].identity
+    wait_for_note(notes, runner.pid, event, sized=kind == "mlxbusy")
+    time.sleep(0.2)
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, registry, 60.0)
+    (note,) = [note for note in read_notes(notes, runner.pid) if note["event"] == event][-1:]
+    return ended, note
+
+
+def events(ended: Ended, kind: RunnerKind) -> list[str]:
+    return ended.notes[kind]
+
+
+def noted_at(notes: Path, ended: Ended, kind: RunnerKind, event: str) -> float:
+    (at,) = [
+        note["at"] for note in read_notes(notes, ended.by_kind[kind].pid) if note["event"] == event
+    ]
+    return at
+
+
+@pytest.mark.skipif(not ring_scenario.mlx_available(), reason="needs mlx[cpu]")
+def test_a_runner_inside_one_long_mx_eval_ends_clean_after_it_returns(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")  # longer than any eval here, loaded too
+    ended, begun = kill_when_noted(
+        start_worker, "mlxbusy", notes, isolated_environment, "eval begun"
+    )
+    raised = noted_at(notes, ended, "mlxbusy", "raised")
+    # WorkerGone came once the eval returned: long after the old 0.5 s bound.
+    assert raised - begun["at"] >= 2.0, (raised - begun["at"], ended.notes)
+    after = ended.after["mlxbusy"]
+    assert after is not None, "the runner was left alive"
+    assert events(ended, "mlxbusy")[-3:] == ["raised", "finally", "exit"], ended.notes
+    at_exit = read_notes(notes, ended.by_kind["mlxbusy"].pid)[-1]
+    assert (at_exit["active"], at_exit["cache"]) == (0, 0), at_exit
+    ending = ended.ending("mlxbusy")
+    assert ending.how == "clean" and ending.by == "watchdog", ending
+    busy = ended.busy_lines("mlxbusy")
+    assert busy and all(line.gil == "free" for line in busy), busy
+
+
+def test_native_code_holding_the_gil_with_every_signal_blocked_ends_clean_once_it_returns(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    ended, begun = kill_when_noted(
+        start_worker, "gilbusy", notes, isolated_environment, "native begun"
+    )
+    returned = begun["at"] + GIL_BUSY_SECONDS
+    raised = noted_at(notes, ended, "gilbusy", "raised")
+    assert returned - 0.05 <= raised < returned + CLEAN_BOUND, (raised - begun["at"], ended.notes)
+    assert events(ended, "gilbusy")[-2:] == ["raised", "finally"], ended.notes
+    ending = ended.ending("gilbusy")
+    assert ending.how == "clean", ending
+    busy = ended.busy_lines("gilbusy")
+    assert busy and all(line.gil == "held" for line in busy), busy
+
+
+@pytest.mark.parametrize("kind", ["gil", "deaf"])
+def test_native_code_that_never_returns_is_killed_at_the_busy_wait_not_before(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path, kind: RunnerKind
+) -> None:
+    worker = start_worker([kind], notes=notes)
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, BUSY_WAIT + 2.0)
+    after = ended.after[kind]
+    assert after is not None, "the runner was left alive"
+    assert BUSY_WAIT <= after < BUSY_WAIT + 0.5, after
+    assert ended.notes[kind] == []
+    ending = ended.ending(kind)
+    assert ending.how == "killed", ending
+    assert ending.why == f"busy in native code for {BUSY_WAIT:.1f} s (GIL held)", ending
+
+
+def test_a_bare_except_that_swallows_worker_gone_still_ends_cleanly_before_the_grace(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    worker = start_worker(["swallow"], notes=notes)
+    wait_for_note(notes, worker.runners[0].identity.pid, "swallowing")
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, GRACE + 2.0)
+    assert ended.notes["swallow"] == ["swallowing", "swallowed", "raised", "finally"], ended.notes
+    after = ended.after["swallow"]
+    assert after is not None and after < 1.0 + CLEAN_BOUND + 0.5, after  # raised again at 1 s
+    assert ended.ending("swallow").how == "clean"
+
+
+def test_a_log_flood_into_the_dead_workers_loguru_queue_ends_cleanly(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    """exo's `logger_setup`: a loguru sink with `enqueue=True`, whose pipe only the dead
+    worker read and whose other end the runner holds: more than 1 MiB logged after
+    the death must not block the ending."""
+    worker = start_worker(["loguru"], notes=notes)
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, GRACE + 2.0)
+    assert ended.notes["loguru"] == ["raised", "caught", "logged", "done", "finally"], ended.notes
+    logged = read_notes(notes, ended.by_kind["loguru"].pid)[2]
+    assert logged["bytes"] >= 2**20
+    after = ended.after["loguru"]
+    assert after is not None and after < CLEAN_BOUND, after
+    assert ended.ending("loguru").how == "clean"
+
+
+def test_a_watchdog_that_fails_still_kills_a_runner_holding_the_gil_and_says_why(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    worker = start_worker(["faulty"], notes=notes)
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, BUSY_WAIT + 2.0)
+    after = ended.after["faulty"]
+    assert after is not None and after < 0.5, after
+    ending = ended.ending("faulty")
+    assert ending.how == "killed" and "its watchdog failed (RuntimeError" in ending.why, ending

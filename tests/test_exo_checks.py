@@ -1,0 +1,249 @@
+"""The series against exo's own checks, on real exo at both versions: ruff check, ruff
+format and basedpyright at the versions in exo's uv.lock with exo's config, with the
+package installed in exo's environment and without it; `git am` of the series gives
+`patch apply`'s tree; `git status` after `patch apply` shows only exo's own files.
+
+Needs EXO_SRC (a git clone of exo) and MLX_LM_SRC (exo's runner environment, so
+that every changed file's imports resolve): `make test-exo EXO_SRC=... MLX_LM_SRC=...`.
+The tools go into a venv of their own under .cache/exo-tools (pip, once).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.exo import patching, uv_project
+
+from .test_exo_integration import COMMITS, REPO, exo_src, mlx_lm_src
+
+RUFF = "ruff==0.14.11"
+BASEDPYRIGHT = "basedpyright==1.37.1"
+"""What exo's uv.lock pins (at both versions)."""
+GIT = ["git", "-c", "user.name=exo-orphan-guard test", "-c", "user.email=test@invalid"]
+
+pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
+versions = pytest.mark.parametrize("version", list(COMMITS))
+
+
+@pytest.fixture(scope="session")
+def tools() -> Path:
+    """A venv with exo's ruff and basedpyright."""
+    venv = REPO / ".cache" / "exo-tools"
+    marker = venv / f".installed-{RUFF}-{BASEDPYRIGHT}"
+    if not marker.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", RUFF, BASEDPYRIGHT], check=True)
+        marker.touch()
+    return venv / "bin"
+
+
+def pristine(root: Path, version: str) -> Path:
+    """exo at `version`'s commit, as a git checkout with one commit."""
+    tree = root / version
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(exo_src()), "archive", COMMITS[version]],
+        capture_output=True,
+        check=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    subprocess.run([*GIT, "-C", str(tree), "init", "-q"], check=True)
+    subprocess.run([*GIT, "-C", str(tree), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(tree), "commit", "-qm", f"exo {version}"], check=True)
+    return tree
+
+
+def files_of(tree: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(tree)): path.read_bytes()
+        for path in tree.rglob("*")
+        if path.is_file() and ".git" not in path.relative_to(tree).parts
+    }
+
+
+def changed_python_files(series: patching.Series) -> list[str]:
+    return [path for path in series.files if path.endswith(".py")]
+
+
+def exo_python(tree: Path, venv_cache: Path) -> Path:
+    command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(venv_cache)]
+    built = subprocess.run(
+        [*command, "--runner", str(mlx_lm_src())],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
+    return Path(built.stdout.strip().splitlines()[-1]) / "bin" / "python"
+
+
+def basedpyright(
+    tools: Path, tree: Path, python: Path, files: list[str], package_path: Path | None
+) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    if package_path is not None:
+        env["PYTHONPATH"] = str(package_path)
+    return subprocess.run(
+        [str(tools / "basedpyright"), "--pythonpath", str(python), *files],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def package_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory where `import exo_orphan_guard` finds this checkout (and nothing
+    else of it)."""
+    path = tmp_path_factory.mktemp("package-path")
+    (path / "exo_orphan_guard").symlink_to(REPO / "exo_orphan_guard")
+    return path
+
+
+@versions
+def test_exos_ruff_and_basedpyright_pass_on_every_file_the_series_changes(
+    version: str, tmp_path: Path, tools: Path, package_path: Path
+) -> None:
+    tree = pristine(tmp_path, version)
+    status, changed = patching.apply(tree)
+    assert changed and status.series.name == version
+    files = changed_python_files(status.series)
+    for check in (["check"], ["format", "--check"]):
+        ruff = subprocess.run(
+            [str(tools / "ruff"), *check, *files],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert ruff.returncode == 0, ruff.stdout + ruff.stderr
+    cache = Path(os.environ.get("EXO_VENV_CACHE", REPO / ".cache" / "exo-venv"))
+    python = exo_python(tree, cache)
+    for with_package in (False, True):
+        checked = basedpyright(tools, tree, python, files, package_path if with_package else None)
+        summary = checked.stdout.strip().splitlines()[-1:]
+        assert checked.returncode == 0, f"with package: {with_package}\n{checked.stdout}"
+        assert summary == ["0 errors, 0 warnings, 0 notes"], checked.stdout
+
+    # The same check fails on the earlier release's series: it can fail.
+    patching.revert(tree)
+    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
+    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
+    checked = basedpyright(tools, tree, python, changed_python_files(earlier), None)
+    assert checked.returncode != 0 and "reportAny" in checked.stdout, checked.stdout
+
+
+@versions
+def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_exos_files(
+    version: str, tmp_path: Path
+) -> None:
+    by_am = pristine(tmp_path / "am", version)
+    patches = patching.patch_files(patching.PATCHES_DIR / version)
+    am = subprocess.run(
+        [*GIT, "-C", str(by_am), "am", "-q", *map(str, patches)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert am.returncode == 0, am.stdout + am.stderr
+    log = subprocess.run(
+        ["git", "-C", str(by_am), "log", "--format=%an <%ae>%n%s", f"-{len(patches)}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert log.count("exo-orphan-guard <") == len(patches)
+
+    by_apply = pristine(tmp_path / "apply", version)
+    from exo_orphan_guard.exo import patch_command
+
+    patch_command.run("apply", by_apply, REPO, lock=False, say=lambda _line: None)
+    pyproject = "pyproject.toml"
+    applied = files_of(by_apply)
+    # patch apply also adds the [tool.uv.sources] entry; git am does not.
+    assert {k: v for k, v in files_of(by_am).items() if k != pyproject} == {
+        k: v for k, v in applied.items() if k != pyproject
+    }
+    status = subprocess.run(
+        ["git", "-C", str(by_apply), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    series = next(s for s in patching.load_series() if s.name == version and not s.earlier)
+    assert {line[3:] for line in status} == set(series.files), status
+    assert (by_apply / ".git" / "orphan-guard-undo.json").is_file()
+    patch_command.run("revert", by_apply, None, say=lambda _line: None)
+    assert (
+        subprocess.run(
+            ["git", "-C", str(by_apply), "status", "--porcelain", "--untracked-files=all"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        == ""
+    )
+
+
+def patch_as_release_0_1_0_did(tree: Path, version: str) -> None:
+    """The earlier release's bare diffs and `--source`, its undo record in the tree."""
+    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
+    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
+    pyproject = (tree / uv_project.PYPROJECT).read_bytes()
+    updated = uv_project.with_source(pyproject, uv_project.validate_source(REPO))
+    (tree / uv_project.PYPROJECT).write_bytes(updated)
+    record = {
+        uv_project.PYPROJECT: {
+            "before": base64.b64encode(pyproject).decode(),
+            "after_sha256": uv_project.digest(updated),
+        }
+    }
+    (tree / uv_project.LEGACY_UNDO_FILE).write_text(json.dumps(record))
+
+
+def git_status(tree: Path) -> list[str]:
+    return subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+
+
+@versions
+def test_a_tree_release_0_1_0_patched_is_reverted_or_upgraded(version: str, tmp_path: Path) -> None:
+    from exo_orphan_guard.exo import patch_command
+
+    reverted = pristine(tmp_path / "revert", version)
+    original = files_of(reverted)
+    patch_as_release_0_1_0_did(reverted, version)
+    lines: list[str] = []
+    assert patch_command.run("check", reverted, None, say=lines.append) == 0
+    assert lines[0].startswith(f"series {version} (an earlier release's) fits")
+    patch_command.run("revert", reverted, None, say=lines.append)
+    assert files_of(reverted) == original and git_status(reverted) == []
+
+    upgraded = pristine(tmp_path / "upgrade", version)
+    fresh = pristine(tmp_path / "fresh", version)
+    patch_as_release_0_1_0_did(upgraded, version)
+    patch_command.run("apply", upgraded, None, lock=False, say=lines.append)
+    patching.apply(fresh)
+    without_sources = {
+        path: content for path, content in files_of(upgraded).items() if path != "pyproject.toml"
+    }
+    assert without_sources == {
+        path: content for path, content in files_of(fresh).items() if path != "pyproject.toml"
+    }
+    assert not (upgraded / uv_project.LEGACY_UNDO_FILE).exists()
+    patch_command.run("revert", upgraded, None, say=lines.append)
+    assert files_of(upgraded) == original and git_status(upgraded) == [], lines

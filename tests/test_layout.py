@@ -1,0 +1,70 @@
+"""docs/design.md's layout table names every module and the layer it sits in, one row
+per layer in the import contract's order, and README's Architecture block lists the
+same layers: a module or a layer without its place in the documents fails here."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "exo_orphan_guard"
+ROW = re.compile(r"\| `(\w+)/` \| [^|]+ \| (.+) \|")
+
+
+def contract() -> tuple[list[str], list[str]]:
+    """The layers contract's layers, top first (siblings in their written order), and
+    the root modules it leaves out."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contracts: list[dict[str, object]] = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [entry for entry in contracts if entry["type"] == "layers"]
+    written: list[str] = layers["layers"]  # pyright: ignore[reportAssignmentType]
+    ignored: list[str] = layers["exhaustive_ignores"]  # pyright: ignore[reportAssignmentType]
+    return [name.strip() for layer in written for name in re.split(r"[|:]", layer)], ignored
+
+
+def layout_table() -> dict[str, set[str]]:
+    """Each row's layer and the modules it names (notes in parentheses left out)."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        if (row := ROW.fullmatch(line)) is not None:
+            named = re.sub(r"\([^()]*\)", "", row.group(2))
+            rows[row.group(1)] = set(re.findall(r"`(\w+)`", named))
+    return rows
+
+
+def modules(layer: str) -> set[str]:
+    return {path.stem for path in (PACKAGE / layer).glob("*.py")}
+
+
+def test_the_table_has_one_row_per_layer_in_the_contracts_order() -> None:
+    layers, _ = contract()
+    assert list(layout_table()) == layers
+
+
+def test_the_table_names_every_module_of_each_layer_and_no_other() -> None:
+    for layer, named in layout_table().items():
+        present = modules(layer) - {"__init__"}
+        named -= {"__init__"}
+        assert named == present, (
+            f"docs/design.md's row for {layer}/: unlisted {sorted(present - named)}, "
+            f"no such module {sorted(named - present)}"
+        )
+
+
+def test_every_subpackage_is_a_layer_and_the_root_holds_only_what_the_contract_ignores() -> None:
+    layers, ignored = contract()
+    packages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert packages == set(layers)
+    assert modules(".") == {"__init__", *ignored}
+
+
+def test_the_readme_architecture_lists_the_same_layers() -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("\n## Architecture\n", 1)[1].split("```", 2)[1]
+    listed = [match.group(1) for match in re.finditer(r"^(\w+)/", block, flags=re.M)]
+    layers, _ = contract()
+    assert listed == layers

@@ -1,0 +1,130 @@
+"""Sweeps and runners busy in native code, on real processes: a sweep waits for a busy
+orphan as its watchdog does (and says so, one line naming the runner, why and until
+when), neither killing it early nor waiting past its watchdog's bound; `sweep --now`
+kills at once and warns; `scan` and `doctor` show the wait."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
+from exo_orphan_guard.rig.notes import read_notes
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.tools import cli
+from tests.conftest import StartWorker
+from tests.helpers.cli import run_cli
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
+
+GRACE = 3.0
+BUSY_WAIT = 2.0
+
+
+@pytest.fixture(autouse=True)
+def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
+
+
+def wait_for_note(notes: Path, pid: int, event: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while event not in [note["event"] for note in read_notes(notes, pid)]:
+        assert time.monotonic() < deadline, f"{pid} never noted {event!r}"
+        time.sleep(0.005)
+
+
+def test_a_sweep_waits_for_a_busy_orphan_until_it_returns_and_ends_clean(
+    start_worker: StartWorker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sweep starts before the watchdog has recorded the runner busy (0.5 s after
+    the notice): it reads the endings again when its first, short deadline is out,
+    instead of sending a SIGTERM that would kill the runner (no handler for it yet)."""
+    worker = start_worker(["gilbusy"], notes=tmp_path)
+    runner = worker.runners[0].identity
+    wait_for_note(tmp_path, runner.pid, "native begun")
+    scenarios.kill_worker(worker)
+    assert cli.main(["sweep", "--json", "--registry-only", "--grace", "0.2"]) == 0
+    captured = capsys.readouterr()
+    (result,) = [r for r in json.loads(captured.out)["results"] if r["pid"] == runner.pid]
+    assert result["signals"] == [] and result["ended"] == "clean", result
+    events = [note["event"] for note in read_notes(tmp_path, runner.pid)]
+    assert events[-2:] == ["raised", "finally"], events
+    waits = [line for line in captured.err.splitlines() if f"runner {runner.pid}" in line]
+    assert waits, captured.err
+    assert any("busy in native code" in line and "GIL held" in line for line in waits), waits
+    assert all("waiting for" in line and "until" in line for line in waits), waits
+    assert GIL_BUSY_SECONDS < BUSY_WAIT
+
+
+def test_a_sweep_waits_for_one_that_never_returns_only_until_its_watchdog_kills_it(
+    start_worker: StartWorker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worker = start_worker(["gil"])
+    runner = worker.runners[0].identity
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)
+    killed_at = scenarios.kill_worker(worker)
+    time.sleep(0.7)  # recorded busy
+    assert cli.main(["sweep", "--json", "--registry-only", "--grace", "0.2"]) == 0
+    took = time.monotonic() - killed_at
+    (result,) = [
+        r for r in json.loads(capsys.readouterr().out)["results"] if r["pid"] == runner.pid
+    ]
+    assert result["signals"] == [] and result["outcome"] == "exited", result
+    assert result["ended"] == "killed", result  # by its watchdog, at the busy wait
+    assert BUSY_WAIT <= took < BUSY_WAIT + 1.0, took
+
+
+def test_sweep_now_kills_a_busy_orphan_at_once_and_warns(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")
+    worker = start_worker(["gil"])
+    runner = worker.runners[0].identity
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)
+    scenarios.kill_worker(worker)
+    time.sleep(0.7)
+    began = time.monotonic()
+    completed = run_cli("sweep", "--now", "--json", "--registry-only", env=dict(os.environ))
+    assert time.monotonic() - began < 5.0
+    assert "wired Metal memory" in completed.stderr and "reboot" in completed.stderr, (
+        completed.stderr
+    )
+    assert "sweep: waiting for" not in completed.stderr
+    (result,) = [r for r in json.loads(completed.stdout)["results"] if r["pid"] == runner.pid]
+    assert result["signals"] == ["SIGKILL"] and result["ended"] == "killed", result
+    assert scenarios.alive([runner]) == []
+
+
+def test_scan_shows_a_runner_busy_in_native_code(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")
+    worker = start_worker(["gil"])
+    runner = worker.runners[0].identity
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)
+    scenarios.kill_worker(worker)
+    time.sleep(1.5)
+    assert cli.main(["scan", "--json", "--registry-only"]) == 1
+    (suspect,) = [
+        s for s in json.loads(capsys.readouterr().out)["suspects"] if s["pid"] == runner.pid
+    ]
+    ending = suspect["ending"]
+    assert ending["event"] == "busy" and ending["gil"] == "held", ending
+    assert 1.0 <= ending["busy_s"] < 10.0 and ending["busy_wait_s"] == 60.0, ending
+    assert cli.main(["scan", "--registry-only"]) == 1
+    text = capsys.readouterr().out
+    assert f"{runner.pid}: ending: busy in native code" in text, text
+    assert "GIL held; killed at 60 s unless it returns" in text, text
+    assert cli.main(["doctor", "--json"]) in (0, 1)
+    checks = {check["name"]: check for check in json.loads(capsys.readouterr().out)["checks"]}
+    under_way = checks["endings under way"]
+    assert under_way["status"] == "WARN" and f"pid {runner.pid} busy" in under_way["detail"]
+    assert "sweep --now" in under_way["next"]
+    os.kill(runner.pid, 9)
