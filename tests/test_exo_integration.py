@@ -327,8 +327,9 @@ def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_retu
 ) -> None:
     """exo's real runner inside one `mx.eval` of seconds (`exo_support/busy_site`: where
     exo would run a task, as a prefill chunk would) when its worker is SIGKILLed: it
-    is waited for, and once the eval returns it runs exo's own `Runner.shutdown` and
-    exits by itself. Before the busy wait it was killed 0.5 s after the notice."""
+    is waited for, and once the eval returns it logs 1.5 MiB through exo's own
+    `logger_setup` sinks (read by the dead worker), runs exo's own `Runner.shutdown`
+    and exits by itself. Before the busy wait it was killed 0.5 s after the notice."""
     tree = exo_tree(work, version, patched=True)
     venv = exo_venv(tree, venv_cache, runner=True)
     notes = tmp_path / "notes"
@@ -336,6 +337,7 @@ def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_retu
     extra = {
         "PYTHONPATH": str(SUPPORT / "busy_site"),
         "EOG_BUSY_EVAL_NOTES": str(notes),
+        "EOG_BUSY_LOG_FLOOD": str(3 * 2**19),  # 1.5 MiB through exo's own logger_setup
         settings.BUSY_WAIT_ENV: "60",
     }
     grace = 2 * CLEAN_ENDING_BOUND
@@ -362,6 +364,8 @@ def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_retu
         assert gone - begun["at"] >= 2.0, "it was not waited for until its eval returned"
         assert ending is not None and ending.how == "clean", ending
         assert "its own shutdown" in ending.why, ending
+        logged = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [n["bytes"] for n in logged if n["event"] == "logged"] == [3 * 2**19], logged
 
 
 @versions

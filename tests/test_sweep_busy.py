@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from exo_orphan_guard.records import endings
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
 from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import run_cli
@@ -128,3 +130,33 @@ def test_scan_shows_a_runner_busy_in_native_code(
     assert under_way["status"] == "WARN" and f"pid {runner.pid} busy" in under_way["detail"]
     assert "sweep --now" in under_way["next"]
     os.kill(runner.pid, 9)
+
+
+# --- what a sweep waits until (pure) -----------------------------------------------------
+
+
+def _line(event: endings.Event, deadline: float | None) -> endings.Ending:
+    return endings.Ending(
+        event=event, pid=Pid(7), started=1.0, boot_id="b", at=0.0, by="watchdog", deadline=deadline
+    )
+
+
+def test_a_busy_line_is_waited_for_to_its_deadline_a_begun_one_within_the_grace() -> None:
+    now = 100.0
+    busy = _line("busy", now + 130.0)  # the busy wait, then the grace
+    assert endings.clean_deadline(busy, 10.0, now, settings.WEDGE_SECONDS) == now + 130.0
+    begun = _line("begun", now + 30.0)
+    assert endings.clean_deadline(begun, 10.0, now, settings.WEDGE_SECONDS) == now + 10.0
+    nothing_yet = endings.clean_deadline(None, 10.0, now, settings.WEDGE_SECONDS)
+    assert nothing_yet == now + settings.WEDGE_SECONDS + 0.5
+
+
+def test_a_sweep_never_waits_forever_on_a_line() -> None:
+    now = 100.0
+    far = _line("busy", now + 1e9)  # a corrupt or hostile line
+    limit = now + settings.MAX_BUSY_WAIT_SECONDS + settings.MAX_GRACE_SECONDS
+    assert endings.clean_deadline(far, 10.0, now, settings.WEDGE_SECONDS) == limit
+    assert endings.recorded_deadline(far, now) == limit
+    assert endings.recorded_deadline(_line("busy", now - 1.0), now) is None  # stale
+    assert endings.recorded_deadline(_line("ended", now + 5.0), now) is None
+    assert endings.recorded_deadline(None, now) is None

@@ -6,8 +6,10 @@ runner), the first blocking queue `get` on its main thread (main: `Runner.main`'
 a task, after the runner reported `RunnerIdle`) runs one `mx.eval` of a few seconds
 after another instead, as a prefill would, and writes each start to
 `<EOG_BUSY_EVAL_NOTES>/<pid>.jsonl`. A worker's death there raises `WorkerGone` out
-of this call once an eval returns, into exo's own code. Anywhere else it does
-nothing.
+of this call once an eval returns, into exo's own code; with `EOG_BUSY_LOG_FLOOD` set
+it first logs that many bytes through the logger exo gave its runner (exo's
+`logger_setup`: loguru sinks with `enqueue=True`, read by the dead worker), and notes
+it. Anywhere else it does nothing.
 """
 
 from __future__ import annotations
@@ -44,14 +46,32 @@ def _long_evals() -> None:
         return result
 
     steps, last = 8, 0.0
-    while True:
-        graph = product(steps)
-        _note("eval begun", steps=steps, last=last)
-        began = time.monotonic()
-        mx.eval(graph)  # pyright: ignore
-        last = time.monotonic() - began
-        if last < LONG_EVAL_SECONDS:
-            steps = int(steps * 1.2 * LONG_EVAL_SECONDS / max(last, 1e-3))
+    try:
+        while True:
+            graph = product(steps)
+            _note("eval begun", steps=steps, last=last)
+            began = time.monotonic()
+            mx.eval(graph)  # pyright: ignore
+            last = time.monotonic() - began
+            if last < LONG_EVAL_SECONDS:
+                steps = int(steps * 1.2 * LONG_EVAL_SECONDS / max(last, 1e-3))
+    except BaseException:
+        _flood_exos_log()
+        raise
+
+
+def _flood_exos_log() -> None:
+    import sys
+
+    wanted = int(os.environ.get("EOG_BUSY_LOG_FLOOD", "0") or "0")
+    bootstrap = sys.modules.get("exo.worker.runner.bootstrap")
+    logger: Any = getattr(bootstrap, "logger", None)
+    if wanted <= 0 or logger is None:
+        return
+    line = "x" * 1000
+    for number in range(wanted // len(line) + 1):
+        logger.info(f"runner {os.getpid()} after its worker died, part {number}: {line}")
+    _note("logged", bytes=wanted)
 
 
 def _busy_first(original: Callable[..., Any]) -> Callable[..., Any]:
