@@ -6,8 +6,21 @@ VENV313 ?= .venv-3.13
 BIN := $(VENV)/bin
 BIN313 := $(VENV313)/bin
 PYTEST_ARGS ?=
+# `make test` runs the whole suite once, then again on the portable backend and on
+# Python 3.13 only the tests that can find something there (`-m backend`, `-m py313`:
+# the rule is tests/passes.py), and test_chaos at CHAOS_ROUNDS (docs/testing.md says
+# why that size). `make test-full` runs all three passes whole, chaos at 200 rounds.
+CHAOS_ROUNDS ?= 200
+PORTABLE_SELECT ?= -m backend
+PY313_SELECT ?= -m py313
+# How many of lint, typecheck and the three passes run side by side (each pass in its
+# own confined pid namespace); TEST_JOBS=1 runs them one after another.
+TEST_JOBS ?= 2
+# `make coverage` sets this: the same passes under coverage.py.
+COVERAGE_RUN ?=
+PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup test lint typecheck pytest pytest-portable pytest-3.13 demo bench test-exo dist clean
+.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-portable pytest-3.13 demo bench test-exo dist clean
 
 all: test
 
@@ -40,22 +53,53 @@ typecheck: $(BIN)/.bench-installed
 CONFINED := scripts/confined
 
 pytest: $(BIN)/.installed
-	$(CONFINED) $(BIN)/pytest $(PYTEST_ARGS)
+	EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(PYTEST_ARGS)
 
-# The whole suite again on the backend macOS runs (psutil and the standard library
-# only: no /proc, pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
+# Again on the backend macOS runs (psutil and the standard library only: no /proc,
+# pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
 pytest-portable: $(BIN)/.installed
-	EXO_ORPHAN_GUARD_BACKEND=portable $(CONFINED) $(BIN)/pytest $(PYTEST_ARGS)
+	EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) EXO_ORPHAN_GUARD_BACKEND=portable \
+		$(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(PORTABLE_SELECT) $(PYTEST_ARGS)
 
-# exo runs on Python 3.13 only: the whole suite runs there too, where it exists.
-pytest-3.13:
+# exo runs on Python 3.13 only: the code that runs inside exo is tested there too.
+venv-3.13:
+	@if [ -x "$(PYTHON313)" ]; then $(MAKE) --no-print-directory $(BIN313)/.installed; else \
+		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; fi
+
+# (Two recipes: `make -n` runs a line that calls $(MAKE), and the pass is not on it.)
+pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
-		$(MAKE) --no-print-directory $(BIN313)/.installed && $(CONFINED) $(BIN313)/pytest $(PYTEST_ARGS); \
-	else \
-		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; \
-	fi
+		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-test: lint typecheck pytest pytest-portable pytest-3.13
+PASSES := pytest pytest-portable pytest-3.13
+# Each target's output is shown whole once it ends.
+SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
+
+# Both venvs are set up before anything runs side by side: an install rewrites what
+# a running pass imports.
+SET_UP := $(BIN)/.bench-installed venv-3.13
+
+test: $(SET_UP)
+	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES)
+
+FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
+
+test-full: $(SET_UP)
+	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES) $(FULL)
+
+# Line and branch coverage of exo_orphan_guard over every process the tests start
+# (pyproject.toml's [tool.coverage.run]: subprocess, fork and _exit patched), the
+# passes combined. `coverage-full`: the same for `make test-full`'s passes. A test
+# that fails under coverage's slower exits still counts what it ran (`make test` is
+# what checks the tests): the report comes either way.
+coverage: $(SET_UP)
+	rm -f .coverage .coverage.*
+	-$(MAKE) -k $(SIDE_BY_SIDE) $(PASSES) COVERAGE_RUN=1 COVERAGE_FILE=$(CURDIR)/.coverage
+	$(BIN)/coverage combine -q --data-file=$(CURDIR)/.coverage
+	$(BIN)/coverage report --data-file=$(CURDIR)/.coverage
+
+coverage-full: $(SET_UP)
+	$(MAKE) --no-print-directory coverage $(FULL)
 
 demo: $(BIN)/.installed
 	$(BIN)/python -m exo_orphan_guard.demo
@@ -79,4 +123,4 @@ dist: $(BIN)/.installed
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache dist build
+	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache dist build .coverage .coverage.*

@@ -16,6 +16,7 @@ from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import RunnerKind, SpawnFrom, Watch
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity
+from tests import passes
 from tests.helpers.decoys import Decoys, start_decoys
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment
 
@@ -38,6 +39,18 @@ MACHINE_WIDE_SKIP: Final = (
     "runs a machine-wide sweep, which would signal processes this suite did not start: "
     "it runs only in a private pid namespace (`make test` as root, through scripts/confined)"
 )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test for the passes `tests/passes.py`'s rule gives it (before `-m`
+    selects on those marks)."""
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None:
+            continue
+        for name in sorted(passes.passes_of(module.__name__, getattr(item, "fixturenames", ()))):
+            item.add_marker(name)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -128,7 +141,9 @@ def planted() -> Iterator[list[ProcessIdentity]]:
 
 SESSION_TAG: Final = "EOG_TEST_SESSION"
 """Inherited by every process the suite starts: what is still alive at the end leaked."""
-_LEFTOVER_GRACE_SECONDS: Final = 5.0
+_LEFTOVER_GRACE_SECONDS: Final = float(os.environ.get("EOG_LEFTOVER_GRACE_SECONDS") or 5.0)
+"""How long what the suite started has to leave by itself; test_session_checks'
+inner sessions, whose leak never leaves, set less."""
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

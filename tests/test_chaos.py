@@ -4,7 +4,8 @@ Workers die before they spawn, while runners start up, while runners sit in a
 GIL-held native call (one that returns, or not), and while sweeps are running: two
 at once, each matching the other's command line, and now and then a third SIGKILLed
 midway (mid-freeze, at times). Afterwards no runner may be left, no decoy harmed,
-nothing left stopped. Bounded: 200 rounds, about a minute on 2 cores.
+nothing left stopped. Bounded: 200 rounds, about a minute on 2 cores
+(`EOG_CHAOS_ROUNDS` sets another number; docs/testing.md has why `make test` keeps 200).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerSpec
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.cli import CLI, run_cli
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment, start_orphan
 
-ROUNDS = 200
+ROUNDS = int(os.environ.get("EOG_CHAOS_ROUNDS") or 200)
 PARALLEL = 8
 TAG_VARIABLE = "EOG_CHAOS"
 KINDS: list[RunnerKind] = [
@@ -84,13 +86,7 @@ def _is_runner(process: ProcessIdentity) -> bool:
 
 def cli_sweep(environment: dict[str, str], *extra: str, targeted: set[int] | None = None) -> int:
     """Exit code of one CLI sweep; what it targeted is added to `targeted`."""
-    completed = subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json", *extra],
-        env=environment,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    completed = run_cli("sweep", "--grace", "0.3", "--json", *extra, env=environment)
     if targeted is not None and completed.returncode in (0, 1):
         targeted.update(suspect["pid"] for suspect in json.loads(completed.stdout)["suspects"])
     return completed.returncode
@@ -99,7 +95,7 @@ def cli_sweep(environment: dict[str, str], *extra: str, targeted: set[int] | Non
 def sweep_killed_midway(environment: dict[str, str], delay: float) -> None:
     """A sweep SIGKILLed at a random moment: mid-freeze, sometimes."""
     sweeper = subprocess.Popen(
-        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--grace", "0.3", "--json"],
+        [*CLI, "sweep", "--grace", "0.3", "--json"],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

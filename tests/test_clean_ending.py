@@ -250,12 +250,19 @@ def test_while_the_worker_lives_exos_sigterm_ends_a_runner_at_once(
 
 
 @pytest.mark.usefixtures("graced")
-def test_while_the_worker_lives_no_worker_gone_ever(start_worker: StartWorker, notes: Path) -> None:
+def test_while_the_worker_lives_no_worker_gone_ever(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
     """Not after a while, not for a stray notice signal: only a dead worker ends it."""
     worker = start_worker(["idle", "catch"], notes=notes)
     for runner in worker.runners:
         os.kill(runner.identity.pid, NOTICE_SIGNAL)
-    time.sleep(1.0)
+    # Their twins, whose worker dies after the stray notices were sent, time the wait:
+    # once they have ended cleanly, a runner that took a stray notice for its
+    # worker's death would have begun its ending too.
+    twins = end_worker(start_worker, ["idle", "catch"], notes, isolated_environment)
+    for kind in ("idle", "catch"):
+        assert twins.notes[kind][0] == "raised" and twins.notes[kind][-1] == "finally", kind
     assert scenarios.alive([runner.identity for runner in worker.runners]) == [
         runner.identity for runner in worker.runners
     ]

@@ -16,6 +16,7 @@ import pytest
 from exo_orphan_guard._version import __version__
 from exo_orphan_guard.exo import patching
 
+from .helpers.cli import run_cli
 from .helpers.dist import ROOT, Dist, built_dist
 
 EXO_LOCKED_PSUTIL = "7.2.1"
@@ -30,12 +31,8 @@ def test_one_version_everywhere(dist: Dist) -> None:
     assert dist.wheel.name == f"exo_orphan_guard-{__version__}-py3-none-any.whl"
     assert dist.sdist.name == f"exo_orphan_guard-{__version__}.tar.gz"
     assert f"## {__version__}" in (ROOT / "CHANGELOG.md").read_text()
-    version = subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "--version"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    version = run_cli("--version")
+    assert version.returncode == 0, version.stderr
     assert version.stdout == f"exo-orphan-guard {__version__}\n"
 
 

@@ -23,11 +23,12 @@ from exo_orphan_guard.rig import launch_scenario, scenarios
 from exo_orphan_guard.rig.launch_scenario import RankKind, StartedLauncher
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
+from tests.helpers.cli import CLI, run_cli
 from tests.helpers.processes import kill_all
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
-WRAPPER = [sys.executable, "-m", "exo_orphan_guard", "exec"]
+WRAPPER = [*CLI, "exec"]
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 ALL_KINDS: list[RankKind] = ["idle", "gil", "child", "deaf"]
 # A child that reports its pid and those of its own child, then waits.
@@ -131,7 +132,15 @@ def test_ranks_and_their_children_die_with_the_launcher(
     launchers: list[StartedLauncher], isolated_environment: Path, stdin_hup: bool
 ) -> None:
     """Asked first: SIGTERM, which every rank but the deaf one dies of at once (its
-    default action works in native code too); SIGKILL for the deaf one at the grace."""
+    default action works in native code too); SIGKILL for the deaf one at the grace.
+    The control (once): without the wrapper, the same ranks outlive that wait."""
+    unwrapped: StartedLauncher | None = None
+    if not stdin_hup:
+        unwrapped = launch_scenario.start_launcher(
+            ALL_KINDS, wrapper=[], registry=isolated_environment
+        )
+        launchers.append(unwrapped)
+    control = [] if unwrapped is None else unwrapped.all_processes()
     launcher = launch_scenario.start_launcher(
         ALL_KINDS,
         wrapper=launch_scenario.wrapper_words(stdin_hup=stdin_hup, grace=RANK_GRACE),
@@ -144,6 +153,8 @@ def test_ranks_and_their_children_die_with_the_launcher(
     deaf_tree = set(deaf.tree)
     tracked = launcher.all_processes()
     assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (watchdogs not counted)
+    if unwrapped is not None:
+        launch_scenario.kill_launcher(unwrapped)
     killed_at = launch_scenario.kill_launcher(launcher)
     exits = scenarios.wait_gone(tracked, RANK_GRACE + 1.0)
     late = [identity.pid for identity, seen in exits.items() if seen is None]
@@ -157,6 +168,7 @@ def test_ranks_and_their_children_die_with_the_launcher(
     )
     assert wrapper_endings[deaf.wrapper].how == "killed"
     assert wrapper_endings[deaf.wrapper].by == "exec"
+    assert scenarios.alive(control) == control
 
 
 def _describe(pids: Sequence[int]) -> list[str]:
@@ -188,17 +200,6 @@ def _signal_masks(pids: Sequence[int]) -> dict[int, str]:
     return masks
 
 
-def test_control_without_the_wrapper_the_ranks_outlive_the_launcher(
-    launchers: list[StartedLauncher], isolated_environment: Path
-) -> None:
-    launcher = launch_scenario.start_launcher(ALL_KINDS, wrapper=[], registry=isolated_environment)
-    launchers.append(launcher)
-    tracked = launcher.all_processes()
-    launch_scenario.kill_launcher(launcher)
-    time.sleep(1.0)
-    assert scenarios.alive(tracked) == tracked
-
-
 def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
     launchers: list[StartedLauncher], isolated_environment: Path
 ) -> None:
@@ -221,13 +222,7 @@ def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
     assert record["labels"]["wrapped"].endswith("launch_scenario rank idle 0")
 
     def sweep() -> dict[str, Any]:
-        completed = subprocess.run(
-            [sys.executable, "-m", "exo_orphan_guard", "sweep", "--json", "--registry-only"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        completed = run_cli("sweep", "--json", "--registry-only")
         assert completed.returncode == 0, completed.stderr
         document: dict[str, Any] = json.loads(completed.stdout)
         return document

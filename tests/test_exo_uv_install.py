@@ -23,6 +23,7 @@ import pytest
 from exo_orphan_guard._version import __version__
 from exo_orphan_guard.exo import patching, uv_project
 
+from .helpers.cli import run_cli
 from .helpers.dist import Dist, built_dist, wheelhouse
 from .test_patching import build_tree, snapshot
 
@@ -142,13 +143,7 @@ def uv(tree: Path, environment: Mapping[str, str], *arguments: str) -> str:
 
 
 def cli(environment: Mapping[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", *arguments],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_cli(*arguments, env=environment, timeout=600)
 
 
 def locked_versions(tree: Path) -> dict[str, str]:

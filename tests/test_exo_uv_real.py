@@ -22,6 +22,7 @@ import pytest
 
 from exo_orphan_guard.exo import patching
 
+from .helpers.cli import run_cli
 from .helpers.dist import built_dist
 from .test_exo_integration import COMMITS, exo_src
 
@@ -73,13 +74,7 @@ def uv_environment(cache: Path) -> dict[str, str]:
 
 
 def cli(environment: dict[str, str], *arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", *arguments],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_cli(*arguments, env=environment, timeout=900)
 
 
 def locked(tree: Path) -> dict[str, str]:

@@ -27,11 +27,9 @@ import pytest
 
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
-from tests.helpers import sshd
+from tests.helpers import cli, sshd
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-
-CLI = [sys.executable, "-m", "exo_orphan_guard"]
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +71,7 @@ def token() -> str:
 
 def run_cli(cluster: sshd.LoopbackSshd, *words: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, EXO_ORPHAN_GUARD_SSH_COMMAND=cluster.ssh_command)
-    return subprocess.run(
-        [*CLI, *words], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+    return cli.run_cli(*words, env=env, timeout=120)
 
 
 def hosts_json(cluster: sshd.LoopbackSshd, *words: str) -> tuple[int, dict[str, Any]]:
@@ -170,7 +166,7 @@ def start_rank_over_ssh(
         "print('rank', os.getpid(), os.getppid(), flush=True)\n"
         "time.sleep(3600)\n"
     )
-    wrapper = [*CLI, "exec", "--stdin-hup", "--grace", "0.5", "--"] if wrap else []
+    wrapper = [*cli.CLI, "exec", "--stdin-hup", "--grace", "0.5", "--"] if wrap else []
     remote = "exec " + shlex.join([*wrapper, sys.executable, "-c", code])
     client = subprocess.Popen(
         cluster.ssh_argv("-tt", "eog-a", remote),

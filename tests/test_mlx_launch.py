@@ -136,29 +136,25 @@ def launch(tmp_path: Path, wrapper: list[str], launches: list[Launched]) -> Laun
     return launched
 
 
-def test_wrapped_ranks_form_the_group_and_die_with_mlx_launch(
+def test_wrapped_ranks_form_the_group_and_die_with_mlx_launch_unwrapped_ones_outlive_it(
     tmp_path: Path, launches: list[Launched]
 ) -> None:
+    (tmp_path / "control").mkdir()
+    (tmp_path / "wrapped").mkdir()
+    control = launch(tmp_path / "control", [], launches)
+    assert {rank: report["sum"] for rank, report in control.reports.items()} == {0: 3.0, 1: 3.0}
     wrapper = [sys.executable, "-m", "exo_orphan_guard", "exec", "--stdin-hup", "--"]
-    launched = launch(tmp_path, wrapper, launches)
+    launched = launch(tmp_path / "wrapped", wrapper, launches)
     assert {rank: report["sum"] for rank, report in launched.reports.items()} == {0: 3.0, 1: 3.0}
     # Each rank's parent is its wrapper, whose parent is mlx.launch itself.
     for report in launched.reports.values():
         with open(f"/proc/{int(report['ppid'])}/stat") as stat:
             assert int(stat.read().rsplit(")", 1)[1].split()[1]) == launched.process.pid
     time.sleep(scenarios.GIL_SETTLE_SECONDS)
-    os.kill(launched.process.pid, signal.SIGKILL)
-    launched.process.wait()
+    for started in (control, launched):
+        os.kill(started.process.pid, signal.SIGKILL)
+        started.process.wait()
     exits = scenarios.wait_gone(launched.tracked, 1.0)
     assert all(seen is not None for seen in exits.values()), "a rank outlived mlx.launch"
-
-
-def test_control_unwrapped_ranks_outlive_mlx_launch(
-    tmp_path: Path, launches: list[Launched]
-) -> None:
-    launched = launch(tmp_path, [], launches)
-    assert {rank: report["sum"] for rank, report in launched.reports.items()} == {0: 3.0, 1: 3.0}
-    os.kill(launched.process.pid, signal.SIGKILL)
-    launched.process.wait()
-    time.sleep(1.0)
-    assert scenarios.alive(launched.tracked) == launched.tracked
+    # The control, killed first: without the wrapper its ranks outlived that wait.
+    assert scenarios.alive(control.tracked) == control.tracked

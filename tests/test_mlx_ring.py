@@ -17,16 +17,26 @@ pytestmark = pytest.mark.skipif(
     not ring_scenario.mlx_available(), reason="needs mlx[cpu] (a test dependency on Linux)"
 )
 
+HANG_FACTOR = 2.0
+"""The next group without the guard is given this many times as long to form as the
+one with the guard took (at least `HANG_FLOOR_SECONDS`): it hangs, so it never does."""
+HANG_FLOOR_SECONDS = 3.0
 
-def test_guard_off_the_orphan_in_init_makes_the_next_group_hang(tmp_path: Path) -> None:
-    outcome = ring_scenario.orphan_then_next_group(guard=False, timeout=6.0, scratch=tmp_path)
-    assert outcome.orphan_gone_ms is None, "without the guard the rank should outlive its worker"
-    assert not outcome.formed
+
+def test_guard_on_the_next_group_forms_guard_off_it_hangs(tmp_path: Path) -> None:
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
+    guarded = ring_scenario.orphan_then_next_group(
+        guard=True, timeout=20.0, scratch=tmp_path / "on"
+    )
+    assert guarded.orphan_gone_ms is not None and guarded.orphan_gone_ms < 1000
+    assert guarded.formed and guarded.sums == {0: 3.0, 1: 3.0}
+    # The control waits as long as the guarded group took, and then some.
+    bound = max(HANG_FACTOR * guarded.form_seconds, HANG_FLOOR_SECONDS)
+    unguarded = ring_scenario.orphan_then_next_group(
+        guard=False, timeout=bound, scratch=tmp_path / "off"
+    )
+    assert unguarded.orphan_gone_ms is None, "without the guard the rank should outlive its worker"
+    assert not unguarded.formed
     # The new rank 1 joined the orphan instead; the new rank 0 waits forever.
-    assert 0 not in outcome.sums
-
-
-def test_guard_on_the_orphan_is_gone_and_the_next_group_forms(tmp_path: Path) -> None:
-    outcome = ring_scenario.orphan_then_next_group(guard=True, timeout=20.0, scratch=tmp_path)
-    assert outcome.orphan_gone_ms is not None and outcome.orphan_gone_ms < 1000
-    assert outcome.formed and outcome.sums == {0: 3.0, 1: 3.0}
+    assert 0 not in unguarded.sums

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import sys
 
 import pytest
@@ -12,16 +11,11 @@ import pytest
 from exo_orphan_guard import system
 from exo_orphan_guard.records.host_key import host_key
 from exo_orphan_guard.tools import rdma_ports, selftest
+from tests.helpers.cli import run_cli
 
 
 def test_selftest_json_is_one_object_with_every_row() -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "selftest", "--json", "--strategy", "auto"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    completed = run_cli("selftest", "--json", "--strategy", "auto", timeout=120)
     document = json.loads(completed.stdout)
     assert completed.returncode == 0, document
     assert document["schema"] == "exo-orphan-guard/selftest/1" and document["passed"] is True

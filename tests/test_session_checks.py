@@ -3,6 +3,7 @@ takes one of its decoys, or leaves a process behind, exits 1 and says what happe
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,12 +34,15 @@ def test_behaves(session_decoys) -> None:
 """
 
 
-def run_session(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+def run_session(
+    tmp_path: Path, body: str, *, leftover_grace: float = 5.0
+) -> subprocess.CompletedProcess[str]:
     test_file = tmp_path / "test_inner.py"
     test_file.write_text(body)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", str(test_file)],
         cwd=ROOT,
+        env=dict(os.environ, EOG_LEFTOVER_GRACE_SECONDS=str(leftover_grace)),
         capture_output=True,
         text=True,
         timeout=120,
@@ -54,7 +58,8 @@ def test_a_session_that_takes_a_decoy_fails(tmp_path: Path) -> None:
 
 
 def test_a_session_that_leaves_a_process_fails(tmp_path: Path) -> None:
-    finished = run_session(tmp_path, _LEAVES_A_PROCESS)
+    # Its leak never leaves by itself: the whole grace would prove nothing more.
+    finished = run_session(tmp_path, _LEAVES_A_PROCESS, leftover_grace=0.5)
     assert finished.returncode == 1, finished.stdout
     assert "outlived it" in finished.stdout and "sleep 600" in finished.stdout
 

@@ -25,6 +25,7 @@ from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liven
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
+from tests.helpers.cli import report_of, run_cli
 from tests.helpers.processes import NOBODY, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to plant processes")
@@ -43,16 +44,7 @@ def gone(processes: list[ProcessIdentity]) -> bool:
 
 
 def cli_sweep(*arguments: str) -> dict[str, Any]:
-    completed = subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", "sweep", "--json", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode in (0, 1), completed.stderr
-    document: dict[str, Any] = json.loads(completed.stdout)
-    return document
+    return report_of(run_cli("sweep", "--json", *arguments))
 
 
 def killed_pids(report: SweepReport) -> set[int]:

@@ -26,7 +26,8 @@ from exo_orphan_guard.system._linux import read_stat
 from exo_orphan_guard.system.identity import ProcessIdentity, liveness
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
-from tests.helpers.processes import report_of, run_cli, sleeper, start_orphan
+from tests.helpers.cli import report_of, run_cli
+from tests.helpers.processes import sleeper, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
 

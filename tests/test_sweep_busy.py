@@ -21,7 +21,7 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
-from tests.helpers.processes import run_cli
+from tests.helpers.cli import run_cli
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
 

@@ -27,6 +27,7 @@ from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.waiting import wait_until
 
 SHELL = Path(__file__).parent / "helpers" / "pty_shell.py"
 CTRL_C = b"\x03"
@@ -155,10 +156,14 @@ def test_ctrl_c_on_the_foreground_worker_ends_everything(run_job: RunJob, watch:
 def test_a_runner_writing_under_tostop_is_never_left_stopped(run_job: RunJob, watch: Watch) -> None:
     job = run_job(["talk"], watch, "tostop")
     (runner,) = job.runners
-    before = job.terminal.text().count(f"runner {runner.pid} tick")
-    time.sleep(1.0)
+
+    def ticks() -> int:
+        return job.terminal.text().count(f"runner {runner.pid} tick")
+
+    before = ticks()
+    # A runner stopped by its first write under TOSTOP writes no more.
+    assert wait_until(lambda: ticks() > before + 5, 10.0), (watch, job.terminal.text())
     assert psutil.Process(runner.pid).status() != psutil.STATUS_STOPPED, watch
-    assert job.terminal.text().count(f"runner {runner.pid} tick") > before + 5
     # Still guarded: the worker's death takes it, stopped or not.
     os.kill(job.worker.pid, signal.SIGKILL)
     if watch == "guard":

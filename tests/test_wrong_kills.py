@@ -28,7 +28,8 @@ from exo_orphan_guard.system._linux import group_members, read_stat
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.system.process_facts import Pid
 from tests.conftest import StartWorker
-from tests.helpers.processes import NOBODY, report_of, run_cli, start_orphan
+from tests.helpers.cli import CLI, report_of, run_cli
+from tests.helpers.processes import NOBODY, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
 
@@ -138,7 +139,7 @@ def test_two_match_sweeps_started_together_never_signal_each_other(
     ]
     sweeps = [
         subprocess.Popen(
-            [sys.executable, "-m", "exo_orphan_guard", *arguments],
+            [*CLI, *arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -12,7 +11,6 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from exo_orphan_guard import system
 from exo_orphan_guard.rig.scenarios import wait_gone
@@ -96,23 +94,6 @@ def carrying(variable: str, value: str) -> list[ProcessIdentity]:
         if (identity := identity_of(int(name))) is not None:
             found.append(identity)
     return found
-
-
-def run_cli(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "exo_orphan_guard", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env,
-    )
-
-
-def report_of(completed: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert completed.returncode in (0, 1), completed.stderr
-    document: dict[str, Any] = json.loads(completed.stdout)
-    return document
 
 
 def sleeper(token: str) -> list[str]:
