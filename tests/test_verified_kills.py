@@ -20,6 +20,7 @@ from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.watch.tree_kill import kill_runner_tree
+from tests.helpers.waiting import wait_until
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
 # The exec wrapper, with its walks of the tree and of its group made stale: each also
@@ -181,6 +182,11 @@ def test_the_exec_wrapper_spares_a_process_that_took_a_walked_pid(
         # Planted in a session of its own, and no one's child it could be killed as.
         assert innocent is not None, "the wrapper signalled a pid reused since its walk"
         assert scenarios.alive([innocent])
+        # The wrapper's watchdog is a fork made after the walk was patched: its own walk
+        # fails, and it must still end the wrapper's group, itself included.
+        assert wait_until(lambda: not system.group_members([wrapper.pid]), 5.0), (
+            "the wrapper's group outlived it"
+        )
     finally:
         if wrapper.poll() is None:
             wrapper.kill()

@@ -31,6 +31,7 @@ import fcntl
 import gc
 import os
 import select
+import signal
 import threading
 import time
 import warnings
@@ -335,7 +336,14 @@ def _exit_with_runner(
     # worker's group), what it started dies with it, as it would have by the
     # terminal's signal before the runner left the worker's group. The group kill
     # ends this process too.
-    kill_runner_tree(runner, group)
+    try:
+        kill_runner_tree(runner, group)
+    except BaseException:
+        # A failed walk must not leave this process (and the group) behind. While it
+        # is a member, the group id cannot have been reused: a bare group kill is safe.
+        if group is not None and os.getpgrp() == group:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
     os._exit(0)
 
 
