@@ -22,6 +22,7 @@ from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.rig.scenario_worker import RunnerKind
 from exo_orphan_guard.system import settings
 from tests.conftest import StartWorker
+from tests.helpers.waiting import wait_for_note
 from tests.test_clean_ending import Ended
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
@@ -46,24 +47,6 @@ def notes(tmp_path: Path) -> Path:
     return directory
 
 
-def wait_for_note(
-    notes: Path, pid: int, event: str, timeout: float = 60.0, *, sized: bool = False
-) -> dict[str, Any]:
-    """The runner's last note of `event`, once there is one (`sized`: an eval that
-    follows one of at least `LONG_EVAL_SECONDS`)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = [
-            note
-            for note in read_notes(notes, pid)
-            if note["event"] == event and (not sized or note["last"] >= LONG_EVAL_SECONDS)
-        ]
-        if found:
-            return found[-1]
-        assert time.monotonic() < deadline, f"runner {pid} never noted {event!r}"
-        time.sleep(0.01)
-
-
 def kill_when_noted(
     start_worker: StartWorker, kind: RunnerKind, notes: Path, registry: Path, event: str
 ) -> tuple[Ended, dict[str, Any]]:
@@ -71,7 +54,13 @@ def kill_when_noted(
     little more: inside the call it announced), and see how the runner ended."""
     worker = start_worker([kind], notes=notes)
     runner = worker.runners[0].identity
-    wait_for_note(notes, runner.pid, event, sized=kind == "mlxbusy")
+    wait_for_note(
+        notes,
+        runner.pid,
+        event,
+        60.0,
+        where=None if kind != "mlxbusy" else lambda note: note["last"] >= LONG_EVAL_SECONDS,
+    )
     time.sleep(0.2)
     scenarios.kill_worker(worker)
     ended = Ended(worker, notes, registry, 60.0)
@@ -152,7 +141,7 @@ def test_a_bare_except_that_swallows_worker_gone_still_ends_cleanly_before_the_g
     start_worker: StartWorker, notes: Path, isolated_environment: Path
 ) -> None:
     worker = start_worker(["swallow"], notes=notes)
-    wait_for_note(notes, worker.runners[0].identity.pid, "swallowing")
+    wait_for_note(notes, worker.runners[0].identity.pid, "swallowing", 60.0)
     scenarios.kill_worker(worker)
     ended = Ended(worker, notes, isolated_environment, GRACE + 2.0)
     assert ended.notes["swallow"] == ["swallowing", "swallowed", "raised", "finally"], ended.notes

@@ -22,6 +22,7 @@ from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import run_cli
+from tests.helpers.waiting import wait_for_note
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
 
@@ -33,13 +34,6 @@ BUSY_WAIT = 2.0
 def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
-
-
-def wait_for_note(notes: Path, pid: int, event: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while event not in [note["event"] for note in read_notes(notes, pid)]:
-        assert time.monotonic() < deadline, f"{pid} never noted {event!r}"
-        time.sleep(0.005)
 
 
 def test_a_sweep_waits_for_a_busy_orphan_until_it_returns_and_ends_clean(

@@ -20,6 +20,7 @@ from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
+from tests.helpers.waiting import wait_for_note
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
 
@@ -29,13 +30,6 @@ GRACE = 3.0
 @pytest.fixture(autouse=True)
 def graced(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
-
-
-def wait_for_note(notes: Path, pid: int, event: str, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while event not in [note["event"] for note in read_notes(notes, pid)]:
-        assert time.monotonic() < deadline, f"{pid} never noted {event!r}"
-        time.sleep(0.01)
 
 
 def test_a_sweep_waits_for_a_shutdown_under_way_instead_of_killing_it(
