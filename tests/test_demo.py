@@ -69,11 +69,11 @@ def demo_tag() -> Iterator[str]:
             os.kill(pid, signal.SIGKILL)
 
 
-def start_demo(tag: str) -> subprocess.Popen[str]:
+def start_demo(tag: str, *sections: str) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env[TAG_VARIABLE] = tag
     return subprocess.Popen(
-        [sys.executable, "-m", "exo_orphan_guard.demo"],
+        [sys.executable, "-m", "exo_orphan_guard.demo", *sections],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -166,18 +166,20 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
 
 
 @pytest.mark.parametrize(
-    "moment",
+    ("section", "moment"),
     [
-        # Section 1: two unguarded orphans alive, the demo asleep.
-        "kill -9",
-        # Section 4: orphans from the stand-in exo install, the CLI running.
-        "$ exo-orphan-guard scan",
+        # Two unguarded orphans alive, the demo asleep.
+        ("1", "kill -9"),
+        # Orphans from the stand-in exo install, the CLI running.
+        ("4", "$ exo-orphan-guard scan"),
     ],
 )
-def test_ctrl_c_at_any_moment_leaves_nothing_behind(demo_tag: str, moment: str) -> None:
-    if moment.startswith("$") and not mlx_available():
+def test_ctrl_c_at_any_moment_leaves_nothing_behind(
+    demo_tag: str, section: str, moment: str
+) -> None:
+    if section == "4" and not mlx_available():
         pytest.skip("needs mlx[cpu] (a test dependency on Linux)")
-    demo = start_demo(demo_tag)
+    demo = start_demo(demo_tag, section)
     try:
         read_until(demo, moment, DEMO_TIMEOUT_SECONDS)
         # Something of the demo's runs besides itself (orphans, a worker, the CLI), or the
@@ -191,3 +193,11 @@ def test_ctrl_c_at_any_moment_leaves_nothing_behind(demo_tag: str, moment: str) 
             demo.wait()
     assert demo.returncode == 130
     assert not wait_all_gone(demo_tag)
+
+
+def test_a_section_that_does_not_exist_is_one_error_and_exit_code_2(demo_tag: str) -> None:
+    demo = start_demo(demo_tag, "7")
+    output, _ = demo.communicate(timeout=DEMO_TIMEOUT_SECONDS)
+    assert demo.returncode == 2
+    assert "no section 7: the demo has sections 1-6" in output.splitlines()[-1], output
+    assert "==" not in output  # nothing was shown, nothing started

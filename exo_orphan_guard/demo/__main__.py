@@ -5,11 +5,14 @@ never returns) is hard-killed twice: first with the guard off, then on, beside a
 runner busy in one long `mx.eval` (waited for, then ending cleanly); then a real MLX
 group. The start-up sweep and the operator's tools follow (`demo_sweep`). Everything
 it starts is killed on the way out, whatever happens (errors, Ctrl-C, SIGTERM).
-Exit code: 0 when every section showed what it should, 1 otherwise, 130 interrupted.
+`python -m exo_orphan_guard.demo 4 6` shows only those sections (numbered as shown).
+Exit code: 0 when every section showed what it should, 1 otherwise, 130 interrupted,
+2 for a section that does not exist.
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import tempfile
@@ -24,7 +27,6 @@ from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import host_directory
 from ..rig import ring_scenario, scenarios
-from ..rig.native_calls import LONG_EVAL_SECONDS
 from ..rig.notes import read_notes
 from ..rig.scenario_worker import RunnerKind, Watch
 from ..system import settings
@@ -42,9 +44,7 @@ Section = Callable[[Path], bool | None]
 """Shows one part on this machine; False when it did not go as it should."""
 
 
-def main() -> int:
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+def main(argv: Sequence[str] | None = None) -> int:
     sections: list[Section] = [
         _round_guard_off,
         _round_guard_on,
@@ -53,6 +53,24 @@ def main() -> int:
         launch.launcher_killed,
         sweep.doctor,
     ]
+    parser = argparse.ArgumentParser(
+        prog="python -m exo_orphan_guard.demo", description="make demo: the problem and the fix"
+    )
+    parser.add_argument(
+        "only",
+        nargs="*",
+        type=int,
+        metavar="SECTION",
+        help=f"show only these sections (1-{len(sections)}); default: all",
+    )
+    chosen: list[int] = parser.parse_args(argv).only
+    for number in chosen:
+        if not 1 <= number <= len(sections):
+            parser.error(f"no section {number}: the demo has sections 1-{len(sections)}")
+    if chosen:
+        sections = [section for number, section in enumerate(sections, 1) if number in chosen]
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     failed: list[str] = []
     with tempfile.TemporaryDirectory(prefix="eog-demo-") as scratch:
         try:
@@ -163,7 +181,7 @@ def _wait_until_busy(notes: Path, runner: ProcessIdentity, kind: RunnerKind) -> 
         found = [
             note
             for note in read_notes(notes, runner.pid)
-            if note["event"] == event and note.get("last", LONG_EVAL_SECONDS) >= LONG_EVAL_SECONDS
+            if note["event"] == event and note.get("sized", True)
         ]
         if found:
             time.sleep(0.2)
