@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.tools import remote
+from exo_orphan_guard.tools.arguments import build_parser, forwarded_words
 
 
 def test_host_list_keeps_order_and_rejects_empty_names() -> None:
@@ -111,3 +112,25 @@ def test_no_ssh_client_is_a_host_error_not_a_crash() -> None:
     )
     assert report.exit_code == 3
     assert report.results[0].error == "no ssh client: '/nonexistent/ssh' not found"
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["sweep", "--hosts", "a", "--match", "rank", "--any-parent", "--all-users", "--now"],
+            ["sweep", "--match", "rank", "--any-parent", "--all-users", "--now"],
+        ),
+        (
+            ["scan", "--hostfile", "h.json", "--json", "--all", "--dir", "/r"],
+            ["scan", "--json", "--dir", "/r", "--all"],
+        ),
+        (
+            ["sweep", "--hosts", "a", "--dry-run", "--grace", "3"],
+            ["sweep", "--dry-run", "--grace", "3.0"],
+        ),
+        (["doctor", "--hosts", "a", "--exo", "/x"], ["doctor", "--exo", "/x"]),
+    ],
+)
+def test_each_host_gets_every_argument_but_the_host_list(argv: list[str], words: list[str]) -> None:
+    assert forwarded_words(build_parser().parse_args(argv), argv[0]) == words

@@ -20,8 +20,8 @@ from ..exo import patching
 from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import Registry
+from ..sweeper.judging import judge
 from ..sweeper.process_table import ProcessInfo
-from ..sweeper.sweeping import judge
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.process_facts import WiredMemory

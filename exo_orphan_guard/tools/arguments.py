@@ -1,0 +1,244 @@
+"""`exo-orphan-guard`'s grammar: one small function per subcommand adds its arguments.
+
+Argument errors raise `UsageError` (the CLI's exit code 2) instead of argparse's exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final, NoReturn, final
+
+from .._version import __version__
+from ..system import settings
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: exit code 2."""
+
+
+@final
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="exo-orphan-guard",
+        description="Find and kill exo runners that outlived their worker.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for name, summary, description, add_arguments in _COMMANDS:
+        add_arguments(commands.add_parser(name, help=summary, description=description))
+    return parser
+
+
+def _scan_arguments(command: argparse.ArgumentParser) -> None:
+    _judging_arguments(command)
+    command.add_argument("--all", action="store_true", help="also show what was spared, and why")
+
+
+def _sweep_arguments(command: argparse.ArgumentParser) -> None:
+    _judging_arguments(command)
+    command.add_argument(
+        "--dry-run", action="store_true", help="show what would be killed; kill nothing"
+    )
+    command.add_argument(
+        "--grace",
+        type=_seconds,
+        metavar="SECONDS",
+        help=f"between SIGTERM and SIGKILL (default ${settings.GRACE_ENV} or "
+        f"{settings.DEFAULT_GRACE_SECONDS:g}; with --now, 0)",
+    )
+    command.add_argument(
+        "--now",
+        action="store_true",
+        help="kill at once: do not wait for runners already ending the clean way or busy "
+        "in native code (on macOS a hard kill can strand wired memory until a reboot)",
+    )
+
+
+def _judging_arguments(command: argparse.ArgumentParser) -> None:
+    """What `scan` and `sweep` share: where the records are and what to look for."""
+    command.add_argument("--json", action="store_true", help="machine-readable report")
+    command.add_argument(
+        "--dir",
+        type=Path,
+        help=f"registry directory (default: ${settings.DIR_ENV} or ~/.exo/orphan-guard)",
+    )
+    command.add_argument(
+        "--registry-only",
+        action="store_true",
+        help="only recorded runners: skip the process-table fingerprint scan",
+    )
+    command.add_argument(
+        "--match",
+        metavar="REGEX",
+        help="also target processes whose command line matches REGEX (mlx.launch ranks) "
+        "once reparented to pid 1",
+    )
+    command.add_argument(
+        "--any-parent",
+        action="store_true",
+        help="with --match: whatever their parent (ranks under a stuck sshd)",
+    )
+    command.add_argument(
+        "--all-users",
+        action="store_true",
+        help="root only: also other users' processes (never the default)",
+    )
+    _add_host_arguments(command)
+
+
+def _patch_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("action", choices=("check", "apply", "revert", "export"))
+    command.add_argument("--exo", type=Path, required=True, metavar="PATH", help="exo checkout")
+    command.add_argument(
+        "--source",
+        type=Path,
+        metavar="SRC",
+        help="apply: a wheel, sdist or checkout of exo-orphan-guard for exo's "
+        "[tool.uv.sources], so the orphan-guard extra resolves without an index",
+    )
+    command.add_argument(
+        "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
+    )
+    command.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="export: where the series goes (default: ./orphan-guard-<series>)",
+    )
+
+
+def _explain_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("text", nargs="+", help="e.g. 'RTR failed with errno 16' or 96")
+    command.add_argument("--json", action="store_true")
+
+
+def _doctor_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--exo", type=Path, metavar="PATH", help="exo checkout to check")
+    command.add_argument("--json", action="store_true")
+    _add_host_arguments(command)
+
+
+def _exec_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--grace",
+        type=_seconds,
+        metavar="SECONDS",
+        help=f"between the forwarded signal and SIGKILL (default ${settings.GRACE_ENV} or "
+        f"{settings.DEFAULT_GRACE_SECONDS:g})",
+    )
+    command.add_argument(
+        "--stdin-hup",
+        action="store_true",
+        help="also stop CMD when stdin reaches EOF or hangs up (CMD then gets /dev/null)",
+    )
+    command.add_argument(
+        "argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the command to run"
+    )
+
+
+def _selftest_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--strategy",
+        action="append",
+        choices=settings.STRATEGIES,
+        help="only this strategy (repeatable); default: every one this OS offers",
+    )
+    command.add_argument("--json", action="store_true", help="one JSON object, for a bug report")
+
+
+_COMMANDS: Final[
+    tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParser], None]], ...]
+] = (
+    (
+        "scan",
+        "list orphaned runners (kills nothing)",
+        "list orphaned runners (kills nothing)",
+        _scan_arguments,
+    ),
+    (
+        "sweep",
+        "kill orphaned runners: SIGTERM, a grace, SIGKILL",
+        "kill orphaned runners: SIGTERM, a grace, SIGKILL",
+        _sweep_arguments,
+    ),
+    (
+        "patch",
+        "put the guard's hooks into an exo source tree",
+        "Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do "
+        "(a uv lock that failed is a line saying what to run); export: 0 written; 2 not an "
+        "exo tree, no series fits, conflicting edits, a bad --source, or an --out that "
+        "cannot be written.",
+        _patch_arguments,
+    ),
+    (
+        "explain",
+        "cause and remedy for an error line or errno from exo's logs",
+        "Exit codes: 0 explained, 1 not recognised.",
+        _explain_arguments,
+    ),
+    (
+        "doctor",
+        "one screen about this node: guard, patch, orphans, registry, queue pairs",
+        "Exit codes: 0 no FAIL line, 1 at least one FAIL line.",
+        _doctor_arguments,
+    ),
+    (
+        "exec",
+        "run a command that dies with this wrapper's parent (mlx.launch ranks)",
+        "Runs CMD as a guarded child: CMD and its tree die when this wrapper's parent dies, "
+        "on SIGTERM/SIGINT/SIGHUP (forwarded, SIGKILL after the grace) and, with "
+        "--stdin-hup, when stdin closes. Exits with CMD's status (128+N for signal N); "
+        "126/127 if CMD cannot run; 2 usage error.",
+        _exec_arguments,
+    ),
+    ("selftest", "prove the parent watch on this machine", None, _selftest_arguments),
+)
+"""Each subcommand: its name, its line in `--help`, its own help's description (exit
+codes), and what adds its arguments."""
+
+
+def _add_host_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--hosts",
+        metavar="H1,H2,...",
+        help="run this on each host over ssh (BatchMode, in parallel), one report; "
+        "exit code: the worst host's, 3 if a host could not be checked",
+    )
+    command.add_argument(
+        "--hostfile", type=Path, metavar="PATH", help="the hosts of an mlx.launch hostfile"
+    )
+
+
+def _seconds(text: str) -> float:
+    parsed = settings.parse_grace(text)
+    if parsed.warning is not None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds in 0..{settings.MAX_GRACE_SECONDS:g}"
+        )
+    return parsed.value
+
+
+def forwarded_words(arguments: argparse.Namespace, command: str) -> list[str]:
+    """The words that give `command` on another host what these arguments asked for
+    here (`--hosts` and `--hostfile` name the hosts, so they stay on this side)."""
+    words = [command, *(["--json"] if arguments.json else [])]
+    if command == "doctor":
+        return words + (["--exo", str(arguments.exo)] if arguments.exo is not None else [])
+    words += ["--registry-only"] if arguments.registry_only else []
+    words += ["--match", arguments.match] if arguments.match is not None else []
+    words += ["--any-parent"] if arguments.any_parent else []
+    words += ["--all-users"] if arguments.all_users else []
+    words += ["--dir", str(arguments.dir)] if arguments.dir is not None else []
+    words += ["--all"] if command == "scan" and arguments.all else []
+    if command == "sweep":
+        words += ["--dry-run"] if arguments.dry_run else []
+        words += ["--grace", f"{arguments.grace!r}"] if arguments.grace is not None else []
+        words += ["--now"] if arguments.now else []
+    return words
