@@ -18,14 +18,15 @@ from typing import Final, ParamSpec, TypeVar, final
 
 from ..records import endings
 from ..records.freeze_journal import FreezeJournal, thaw_abandoned
-from ..records.registry import LoadedRecord, LockUnavailableError, Registry
+from ..records.registry import LockUnavailableError, Registry
 from ..system import settings
-from ..system.identity import ProcessIdentity, current_identity, liveness
+from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
-from . import killing, process_table, sweep_endings
+from . import killing, sweep_endings
+from .judging import judge, sweep_options
 from .killing import KillResult
 from .process_table import ProcessTable
-from .verdicts import SweepOptions, Verdict, decide
+from .verdicts import SweepOptions, Verdict
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -143,7 +144,7 @@ def sweep(
     processes) becomes a warning in the report.
     """
     started = time.monotonic()
-    options = _options(fingerprint, match, any_parent, all_users)
+    options = sweep_options(fingerprint, match, any_parent, all_users)
     warnings: list[str] = []
     if grace is None:
         parsed = settings.grace_setting()
@@ -274,52 +275,6 @@ def _in_worker_thread(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
 
 sweep_async = _in_worker_thread(sweep)
 """`sweep()` in a worker thread, so exo's event loop keeps running meanwhile."""
-
-
-def _options(
-    fingerprint: bool, match: str | re.Pattern[str] | None, any_parent: bool, all_users: bool
-) -> SweepOptions:
-    if any_parent and match is None:
-        raise ValueError("--any-parent needs --match: it never applies to exo's own runners")
-    if all_users and os.geteuid() != 0:
-        raise ValueError("--all-users needs root: only root may signal other users' processes")
-    if isinstance(match, str):
-        try:
-            match = re.compile(match)
-        except re.error as error:
-            raise ValueError(
-                f"--match {match!r} is not a valid regular expression: {error}"
-            ) from error
-    return SweepOptions(
-        fingerprint=fingerprint, match=match, any_parent=any_parent, all_users=all_users
-    )
-
-
-def judge(
-    registry: Registry | None, options: SweepOptions, warnings: list[str]
-) -> tuple[ProcessTable, tuple[Verdict, ...]]:
-    records: list[LoadedRecord] = []
-    if registry is not None:
-        records, problems = registry.load()
-        warnings.extend(problems)
-    interesting = {
-        pid for loaded in records for pid in (loaded.record.pid, loaded.record.worker.pid)
-    }
-    # Only the group of a runner that is gone (or whose worker is, so that the runner
-    # may go any moment) can hold leftovers to judge; scanning for group members reads
-    # every process, so it is done only then.
-    groups = {
-        loaded.record.pgid
-        for loaded in records
-        if loaded.record.pgid is not None
-        and (
-            liveness(loaded.record.identity) == "gone" or liveness(loaded.record.worker) != "alive"
-        )
-    }
-    table = process_table.gather(
-        interesting, fingerprint=options.fingerprint, match=options.match, groups=groups
-    )
-    return table, decide(table, records, options)
 
 
 def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
