@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from exo_orphan_guard.rig import ring_scenario, scenarios
-from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS, LONG_EVAL_SECONDS
+from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
 from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.rig.scenario_worker import RunnerKind
 from exo_orphan_guard.system import settings
@@ -59,7 +59,7 @@ def kill_when_noted(
         runner.pid,
         event,
         60.0,
-        where=None if kind != "mlxbusy" else lambda note: note["last"] >= LONG_EVAL_SECONDS,
+        where=None if kind != "mlxbusy" else lambda note: note["sized"],
     )
     time.sleep(0.2)
     scenarios.kill_worker(worker)

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 LONG_EVAL_SECONDS: Final = 3.0
 GIL_BUSY_SECONDS: Final = 1.5
+_TIMED_EVAL_SECONDS: Final = 0.25
 
 
 def one_long_eval_after_another(note: RunnerNotes) -> None:
     """Each `mx.eval` one graph of matrix products, sized to take `LONG_EVAL_SECONDS`
-    here; MLX lets go of the GIL while it runs."""
+    here (its "eval begun" note says `sized` once it is); MLX lets go of the GIL while
+    it runs."""
     import mlx.core as mx  # pyright: ignore[reportMissingImports]
 
     held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
@@ -44,16 +46,22 @@ def one_long_eval_after_another(note: RunnerNotes) -> None:
             result = result @ base  # pyright: ignore
         return result  # pyright: ignore
 
-    steps, last = 8, 0.0
+    steps, last, sized = 8, 0.0, False
     while True:
         graph = product(steps)
-        note.write("eval begun", steps=steps, last=last)
+        note.write("eval begun", steps=steps, last=last, sized=sized)
         began = time.monotonic()
         mx.eval(graph)  # pyright: ignore
         last = time.monotonic() - began
         note.write("eval returned", seconds=last)
-        if last < LONG_EVAL_SECONDS:  # this machine's speed (and load) sizes the next one
-            steps = int(steps * 1.2 * LONG_EVAL_SECONDS / max(last, 1e-3))
+        # This machine's speed (and load) sizes the next one, timed on an eval long
+        # enough to time: grown until one is, so that sizing costs well under a second.
+        if last < _TIMED_EVAL_SECONDS:
+            steps *= 4
+        elif last < LONG_EVAL_SECONDS:
+            steps, sized = int(steps * 1.2 * LONG_EVAL_SECONDS / last), True
+        else:
+            sized = True
 
 
 def busy_in_native_code_holding_the_gil(note: RunnerNotes) -> None:
