@@ -13,14 +13,15 @@ PYTEST_ARGS ?=
 CHAOS_ROUNDS ?= 200
 PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
-# How many of lint, typecheck and the three passes run side by side (each pass in its
-# own confined pid namespace); TEST_JOBS=1 runs them one after another.
+MAIN_SELECT ?=
+# How many of lint, typecheck and the passes run side by side (each pass in its own
+# confined pid namespace); TEST_JOBS=1 runs them one after another.
 TEST_JOBS ?= 2
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-portable pytest-3.13 demo bench test-exo dist clean
+.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench test-exo dist clean
 
 all: test
 
@@ -53,7 +54,15 @@ typecheck: $(BIN)/.bench-installed
 CONFINED := scripts/confined
 
 pytest: $(BIN)/.installed
-	EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(PYTEST_ARGS)
+	EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(MAIN_SELECT) $(PYTEST_ARGS)
+
+# `make pytest` in two halves that can run side by side: the tests this pass alone
+# runs (the integration tests, the pure ones), and those the other passes run again.
+pytest-single:
+	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "not backend and not py313"'
+
+pytest-common:
+	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "backend or py313"'
 
 # Again on the backend macOS runs (psutil and the standard library only: no /proc,
 # pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
@@ -71,7 +80,8 @@ pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-PASSES := pytest pytest-portable pytest-3.13
+# Longest first, so that two slots end about together.
+PASSES := pytest-portable pytest-common pytest-3.13 pytest-single
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
