@@ -40,7 +40,7 @@ def modules_after(arguments: list[str]) -> list[str]:
 def test_commands_start_without_anyio_or_loguru(arguments: list[str]) -> None:
     loaded = modules_after(arguments)
     assert [name for name in loaded if name.split(".")[0] in HEAVY] == []
-    assert "exo_orphan_guard.sweeper.sweeping" in loaded or arguments[0] == "explain"
+    assert "exo_orphan_guard.sweeper.judging" in loaded or arguments[0] == "explain"
 
 
 @pytest.mark.parametrize("arguments", [["--version"], ["explain", "errno 16"]])
