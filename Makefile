@@ -15,8 +15,9 @@ PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
-# confined pid namespace); TEST_JOBS=1 runs them one after another.
-TEST_JOBS ?= 2
+# confined pid namespace; docs/testing.md has the timings); TEST_JOBS=1 runs them one
+# after another.
+TEST_JOBS ?= 3
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
@@ -80,8 +81,8 @@ pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-# Longest first, so that two slots end about together.
-PASSES := pytest-portable pytest-common pytest-3.13 pytest-single
+# Longest first, so that the slots end about together.
+PASSES := pytest-common pytest-portable pytest-3.13 pytest-single
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
@@ -90,7 +91,7 @@ SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS))
 SET_UP := $(BIN)/.bench-installed venv-3.13
 
 test: $(SET_UP)
-	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES)
+	$(MAKE) $(SIDE_BY_SIDE) $(PASSES) typecheck lint
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
 
