@@ -6,6 +6,7 @@ tree kill and the exec wrapper's."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -19,7 +20,8 @@ from exo_orphan_guard import system
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
-from exo_orphan_guard.watch.tree_kill import kill_runner_tree
+from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
+from exo_orphan_guard.watch.tree_kill import kill_runner_tree, signal_verified
 from tests.helpers.waiting import wait_until
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(120)"]
@@ -195,3 +197,23 @@ def test_the_exec_wrapper_spares_a_process_that_took_a_walked_pid(
             innocent = identity_of(int(report.read_text().split()[1]))
         if innocent is not None and scenarios.alive([innocent]):
             os.kill(innocent.pid, signal.SIGKILL)
+
+
+def test_the_watchdogs_notice_reaches_its_runner_and_never_a_stranger_with_its_pid() -> None:
+    """The watchdog tells its runner by `signal_verified`: a runner that died before
+    the notice may have left its pid to a stranger, for whom SIGUSR1 is the end (the
+    default action). The stranger stands in as the same pid read with another start
+    stamp; its twin, named rightly, proves the notice goes out at all."""
+    stranger, runner = subprocess.Popen(SLEEP), subprocess.Popen(SLEEP)
+    try:
+        named = [identity_of(Pid(process.pid)) for process in (stranger, runner)]
+        assert named[0] is not None and named[1] is not None
+        earlier = dataclasses.replace(named[0], started=named[0].started - 1.0)
+        signal_verified(earlier, NOTICE_SIGNAL)
+        signal_verified(named[1], NOTICE_SIGNAL)
+        assert runner.wait(timeout=10.0) == -NOTICE_SIGNAL
+        assert stranger.poll() is None, "the notice reached a stranger"
+    finally:
+        for process in (stranger, runner):
+            process.kill()
+            process.wait()

@@ -85,13 +85,22 @@ def verified_members(group: int) -> list[ProcessIdentity]:
 def kill_verified(targets: Iterable[ProcessIdentity]) -> None:
     """SIGKILL each target that is still the process identified; nothing else."""
     for target in targets:
-        if can_use_pidfd():
-            _kill_through_pidfd(target)
-        elif liveness(target) == "alive":
-            _kill_quietly(target.pid)
+        signal_verified(target, signal.SIGKILL)
 
 
-def _kill_through_pidfd(target: ProcessIdentity) -> None:
+def signal_verified(target: ProcessIdentity, signal_number: int) -> None:
+    """Send the signal if the target is still the process identified; else nothing.
+    (Without pidfds, as on macOS, a pid can still be reused between the check and the
+    signal; the check makes that window microseconds instead of however long ago the
+    identity was read.)"""
+    if can_use_pidfd():
+        _signal_through_pidfd(target, signal_number)
+    elif liveness(target) == "alive":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(target.pid, signal_number)
+
+
+def _signal_through_pidfd(target: ProcessIdentity, signal_number: int) -> None:
     """The pidfd is opened first: if the identity still holds once it is open, the
     pidfd is that process's (a live process keeps its pid), and a signal through it
     can reach no other, whatever exits meanwhile."""
@@ -102,7 +111,7 @@ def _kill_through_pidfd(target: ProcessIdentity) -> None:
     try:
         if liveness(target) == "alive":
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                signal.pidfd_send_signal(pidfd, signal_number)
     finally:
         os.close(pidfd)
 
@@ -114,8 +123,3 @@ def _group_of_caller() -> int:
 def _kill_group(group: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGKILL)
-
-
-def _kill_quietly(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)

@@ -54,7 +54,7 @@ from .clean_ending import (
     SHELTER_LEFT,
     SHUTTING_DOWN,
 )
-from .tree_kill import kill_runner_tree
+from .tree_kill import kill_runner_tree, signal_verified
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
 _BEGUN_FD: Final = 3
@@ -140,8 +140,9 @@ def _watchdog_main(
             # whatever the runner started, and this process keeps the group id from reuse.
             _record(plan, runner, "killed", 0.0, plan.why_no_clean_ending)
         else:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.pid, NOTICE_SIGNAL)  # the runner may have no thread to tell it
+            # The runner may have no thread to tell it. It may also be dead already,
+            # its pid free for a stranger: the signal goes only to the runner.
+            signal_verified(runner, NOTICE_SIGNAL)
             if notice is not None:
                 with contextlib.suppress(OSError):
                     os.write(notice, b"n")
@@ -235,8 +236,7 @@ def _await_the_ending(
             _note_busy(plan, runner, watched, now, bound)
         elif not watched.sheltered and now - watched.last_notice >= AGAIN_SECONDS:
             watched.last_notice = now  # a WorkerGone swallowed by a bare `except:` comes again
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(runner.pid, NOTICE_SIGNAL)
+            signal_verified(runner, NOTICE_SIGNAL)
 
 
 def _note_busy(
