@@ -46,7 +46,7 @@ def one_long_eval_after_another(note: RunnerNotes) -> None:
             result = result @ base  # pyright: ignore
         return result  # pyright: ignore
 
-    steps, last, sized = 8, 0.0, False
+    steps, last, sized, warm = 8, 0.0, False, False
     while True:
         graph = product(steps)
         note.write("eval begun", steps=steps, last=last, sized=sized)
@@ -55,13 +55,15 @@ def one_long_eval_after_another(note: RunnerNotes) -> None:
         last = time.monotonic() - began
         note.write("eval returned", seconds=last)
         # This machine's speed (and load) sizes the next one, timed on an eval long
-        # enough to time: grown until one is, so that sizing costs well under a second.
+        # enough to time (grown until one is, so that sizing costs about a second) and
+        # never on the first, which pays MLX's warm-up and would size the next too short.
         if last < _TIMED_EVAL_SECONDS:
             steps *= 4
-        elif last < LONG_EVAL_SECONDS:
-            steps, sized = int(steps * 1.2 * LONG_EVAL_SECONDS / last), True
-        else:
+        elif warm and last < LONG_EVAL_SECONDS:
+            steps, sized = int(steps * 1.5 * LONG_EVAL_SECONDS / last), True
+        elif warm:
             sized = True
+        warm = True
 
 
 def busy_in_native_code_holding_the_gil(note: RunnerNotes) -> None:
