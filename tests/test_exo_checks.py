@@ -21,6 +21,7 @@ import pytest
 
 from exo_orphan_guard.exo import patching, uv_project
 
+from .helpers.dist import locked
 from .test_exo_integration import COMMITS, REPO, exo_src, mlx_lm_src
 
 RUFF = "ruff==0.14.11"
@@ -34,13 +35,20 @@ versions = pytest.mark.parametrize("version", list(COMMITS))
 
 @pytest.fixture(scope="session")
 def tools() -> Path:
-    """A venv with exo's ruff and basedpyright."""
+    """A venv with exo's ruff and basedpyright, made once, under a lock: the passes of
+    `make test` run side by side and share .cache/ (and without exo, no tools)."""
+    exo_src()
     venv = REPO / ".cache" / "exo-tools"
     marker = venv / f".installed-{RUFF}-{BASEDPYRIGHT}"
-    if not marker.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", RUFF, BASEDPYRIGHT], check=True)
-        marker.touch()
+    venv.parent.mkdir(exist_ok=True)
+    with locked(venv.parent / ".exo-tools.lock"):
+        if not marker.exists():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+            subprocess.run(
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", RUFF, BASEDPYRIGHT],
+                check=True,
+            )
+            marker.touch()
     return venv / "bin"
 
 

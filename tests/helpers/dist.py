@@ -90,7 +90,7 @@ def cached(name: str, make: Callable[[Path], None]) -> Path:
     """CACHE/name, made once by `make` (into a scratch directory, then renamed)."""
     target = CACHE / name
     CACHE.mkdir(exist_ok=True)
-    with _locked(CACHE / f".{name}.lock"):
+    with locked(CACHE / f".{name}.lock"):
         if target.is_dir():
             return target
         scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=CACHE))
@@ -104,7 +104,7 @@ def cached(name: str, make: Callable[[Path], None]) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Generator[None]:
+def locked(path: Path) -> Generator[None]:
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
