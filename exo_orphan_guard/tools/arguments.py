@@ -46,13 +46,7 @@ def _sweep_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dry-run", action="store_true", help="show what would be killed; kill nothing"
     )
-    command.add_argument(
-        "--grace",
-        type=_seconds,
-        metavar="SECONDS",
-        help=f"between SIGTERM and SIGKILL (default ${settings.GRACE_ENV} or "
-        f"{settings.DEFAULT_GRACE_SECONDS:g}; with --now, 0)",
-    )
+    _grace_argument(command, "SIGTERM", "; with --now, 0")
     command.add_argument(
         "--now",
         action="store_true",
@@ -126,13 +120,7 @@ def _doctor_arguments(command: argparse.ArgumentParser) -> None:
 
 
 def _exec_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--grace",
-        type=_seconds,
-        metavar="SECONDS",
-        help=f"between the forwarded signal and SIGKILL (default ${settings.GRACE_ENV} or "
-        f"{settings.DEFAULT_GRACE_SECONDS:g})",
-    )
+    _grace_argument(command, "the forwarded signal")
     command.add_argument(
         "--stdin-hup",
         action="store_true",
@@ -213,6 +201,16 @@ def _add_host_arguments(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--hostfile", type=Path, metavar="PATH", help="the hosts of an mlx.launch hostfile"
+    )
+
+
+def _grace_argument(command: argparse.ArgumentParser, first: str, note: str = "") -> None:
+    command.add_argument(
+        "--grace",
+        type=_seconds,
+        metavar="SECONDS",
+        help=f"between {first} and SIGKILL (default ${settings.GRACE_ENV} or "
+        f"{settings.DEFAULT_GRACE_SECONDS:g}{note})",
     )
 
 
