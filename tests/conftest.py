@@ -17,6 +17,7 @@ from exo_orphan_guard.rig.scenario_worker import RunnerKind, SpawnFrom, Watch
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity
 from tests import passes
+from tests.helpers import exo_trees
 from tests.helpers.decoys import Decoys, start_decoys
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment
 
@@ -118,6 +119,17 @@ def start_worker(isolated_environment: Path) -> Iterator[StartWorker]:
 def exo_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A Python whose environment has exo installed, as far as the sweep can tell."""
     return make_fake_exo_environment(tmp_path_factory.mktemp("exo-env") / "venv")
+
+
+@pytest.fixture(scope="session")
+def exo_venv_cache() -> Path:
+    return exo_trees.venv_cache()
+
+
+@pytest.fixture(scope="session")
+def exo_work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's throw-away copies of exo go."""
+    return tmp_path_factory.mktemp("exo-trees")
 
 
 _decoys: list[Decoys] = []

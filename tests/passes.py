@@ -82,6 +82,7 @@ WATCH_THROUGH_STAND_INS: Final[Mapping[str, str]] = {
     "tests.test_terminal": "the runner's own process group and its terminal are the watch's",
     "tests.test_frozen_app": "the watch inside a frozen app, as exo's app bundles it",
     "tests.test_busy_ending": "the watch's busy wait and its heartbeat thread in the runner",
+    "tests.test_exec_launcher": "the exec wrapper's watch, around stand-in ranks of mlx.launch",
 }
 """Modules that test the watch only through stand-in runners (`rig.scenarios`), which
 import no watch module themselves: they run on 3.13 too, and why."""

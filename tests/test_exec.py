@@ -1,36 +1,29 @@
-"""`exo-orphan-guard exec` on real processes: ranks die with their launcher, signals are
-forwarded and escalated, exit codes and stdio pass through, `--stdin-hup` fires."""
+"""`exo-orphan-guard exec` on real processes: the command dies with a SIGKILLed wrapper
+or its parent, signals are forwarded and escalated, exit codes and stdio pass through,
+`--stdin-hup` fires. Under a stand-in `mlx.launch`: `test_exec_launcher.py`."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
 
-from exo_orphan_guard import system
-from exo_orphan_guard.records import endings
-from exo_orphan_guard.records.registry import host_directory
-from exo_orphan_guard.rig import launch_scenario, scenarios
-from exo_orphan_guard.rig.launch_scenario import RankKind, StartedLauncher
+from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
-from tests.helpers.cli import CLI, run_cli
-from tests.helpers.processes import kill_all
+from tests.helpers.cli import CLI
+from tests.helpers.processes import describe, gone_within, kill_all, signal_masks
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
 WRAPPER = [*CLI, "exec"]
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-ALL_KINDS: list[RankKind] = ["idle", "gil", "child", "deaf"]
 # A child that reports its pid and those of its own child, then waits.
 PYTHON_WITH_CHILD = (
     "import os, subprocess, sys, time\n"
@@ -48,14 +41,6 @@ TERM_REPORTER = (
     "print(os.getpid(), flush=True)\n"
     "time.sleep(3600)\n"
 )
-
-
-@pytest.fixture
-def launchers() -> Iterator[list[StartedLauncher]]:
-    started: list[StartedLauncher] = []
-    yield started
-    for launcher in started:
-        launch_scenario.cleanup(launcher)
 
 
 @pytest.fixture
@@ -100,10 +85,6 @@ def start_wrapped(
     return process, [identity for identity in identities if identity is not None]
 
 
-def gone_within(processes: list[ProcessIdentity], seconds: float) -> bool:
-    return all(seen is not None for seen in scenarios.wait_gone(processes, seconds).values())
-
-
 # --- pure parts ----------------------------------------------------------------------
 
 
@@ -119,133 +100,6 @@ def test_parse_command_drops_the_separator_and_needs_a_command() -> None:
     assert parse_command(["python3"]) == ("python3",)
     with pytest.raises(ValueError, match="needs a command"):
         parse_command(["--"])
-
-
-# --- the launcher is SIGKILLed ---------------------------------------------------------
-
-
-RANK_GRACE = 1.5
-
-
-@pytest.mark.parametrize("stdin_hup", [False, True], ids=["watch", "watch+stdin-hup"])
-def test_ranks_and_their_children_die_with_the_launcher(
-    launchers: list[StartedLauncher], isolated_environment: Path, stdin_hup: bool
-) -> None:
-    """Asked first: SIGTERM, which every rank but the deaf one dies of at once (its
-    default action works in native code too); SIGKILL for the deaf one at the grace.
-    The control (once): without the wrapper, the same ranks outlive that wait."""
-    unwrapped: StartedLauncher | None = None
-    if not stdin_hup:
-        unwrapped = launch_scenario.start_launcher(
-            ALL_KINDS, wrapper=[], registry=isolated_environment
-        )
-        launchers.append(unwrapped)
-    control = [] if unwrapped is None else unwrapped.all_processes()
-    launcher = launch_scenario.start_launcher(
-        ALL_KINDS,
-        wrapper=launch_scenario.wrapper_words(stdin_hup=stdin_hup, grace=RANK_GRACE),
-        registry=isolated_environment,
-    )
-    launchers.append(launcher)
-    time.sleep(scenarios.GIL_SETTLE_SECONDS)  # the GIL ranks are inside their native call
-    deaf = next(rank for rank in launcher.ranks if rank.kind == "deaf")
-    assert deaf.wrapper is not None
-    deaf_tree = set(deaf.tree)
-    tracked = launcher.all_processes()
-    assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (watchdogs not counted)
-    if unwrapped is not None:
-        launch_scenario.kill_launcher(unwrapped)
-    killed_at = launch_scenario.kill_launcher(launcher)
-    exits = scenarios.wait_gone(tracked, RANK_GRACE + 1.0)
-    late = [identity.pid for identity, seen in exits.items() if seen is None]
-    assert not late, f"alive after the launcher's SIGKILL and the grace: {_describe(late)}"
-    asked = [seen - killed_at for who, seen in exits.items() if seen and who not in deaf_tree]
-    told = [seen - killed_at for who, seen in exits.items() if seen and who in deaf_tree]
-    assert max(asked) < 1.0, f"ranks that die of SIGTERM took {max(asked):.2f} s"
-    assert min(told) >= RANK_GRACE and max(told) < RANK_GRACE + 1.0
-    wrapper_endings = endings.latest(
-        endings.read(host_directory(isolated_environment) / endings.ENDINGS_NAME, system.boot_id())
-    )
-    assert wrapper_endings[deaf.wrapper].how == "killed"
-    assert wrapper_endings[deaf.wrapper].by == "exec"
-    assert scenarios.alive(control) == control
-
-
-def _describe(pids: Sequence[int]) -> list[str]:
-    """Who each still-running process is: its state, parent and command line."""
-    described: list[str] = []
-    for pid in pids:
-        try:
-            process = psutil.Process(pid)
-            with process.oneshot():
-                described.append(
-                    f"{pid} {process.status()} ppid={process.ppid()} {process.cmdline()}"
-                )
-        except psutil.Error:
-            described.append(f"{pid} (gone meanwhile)")
-    return described
-
-
-def _signal_masks(pids: Sequence[int]) -> dict[int, str]:
-    """Blocked, ignored, caught and pending signals of each (Linux /proc), in hex."""
-    masks: dict[int, str] = {}
-    for pid in pids:
-        try:
-            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-        except OSError as error:
-            masks[pid] = error.strerror or "unreadable"
-            continue
-        keys = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
-        masks[pid] = " ".join(line for line in lines if line.split(":")[0] in keys)
-    return masks
-
-
-def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
-    launchers: list[StartedLauncher], isolated_environment: Path
-) -> None:
-    # Only the watch thread is armed, and the wrapper is stopped: its watch cannot
-    # act, as if it were stuck. The sweep must see it as a runner of a dead worker.
-    launcher = launch_scenario.start_launcher(
-        ["idle"],
-        wrapper=launch_scenario.wrapper_words(stdin_hup=False),
-        registry=isolated_environment,
-        # A thread-only watch: pidfd on Linux, poll on the portable backend.
-        extra_env={"EXO_ORPHAN_GUARD_STRATEGY": "pidfd" if system.BACKEND == "linux" else "poll"},
-    )
-    launchers.append(launcher)
-    rank = launcher.ranks[0]
-    assert rank.wrapper is not None
-    records = list(host_directory(isolated_environment).glob("runner-*.json"))
-    assert [path.name for path in records] == [f"runner-{rank.wrapper.pid}.json"]
-    record = json.loads(records[0].read_text())
-    assert record["worker"]["pid"] == launcher.process.pid
-    assert record["labels"]["wrapped"].endswith("launch_scenario rank idle 0")
-
-    def sweep() -> dict[str, Any]:
-        completed = run_cli("sweep", "--json", "--registry-only")
-        assert completed.returncode == 0, completed.stderr
-        document: dict[str, Any] = json.loads(completed.stdout)
-        return document
-
-    spared = sweep()["spared"]
-    assert [entry["pid"] for entry in spared] == [rank.wrapper.pid]
-    assert spared[0]["reason"] == f"its worker {launcher.process.pid} is alive"
-
-    # A member whose parent (this test) sits outside the group keeps the group from
-    # being orphaned, so the kernel does not SIGHUP+SIGCONT the stopped wrapper.
-    keeper = subprocess.Popen(["sleep", "60"], process_group=rank.wrapper.pid)
-    try:
-        os.kill(rank.wrapper.pid, signal.SIGSTOP)
-        launch_scenario.kill_launcher(launcher)
-        time.sleep(0.3)
-        assert scenarios.alive(list(rank.tree)) == list(rank.tree)
-        report = sweep()
-        assert [suspect["pid"] for suspect in report["suspects"]] == [rank.wrapper.pid]
-        assert report["suspects"][0]["rule"] == "registry"
-        assert gone_within(list(rank.tree), 2.0)
-    finally:
-        keeper.kill()
-        keeper.wait()
 
 
 def test_command_never_outlives_a_sigkilled_wrapper(
@@ -312,8 +166,8 @@ def test_signals_are_forwarded_and_the_exit_status_passes_through(
         out, _ = process.communicate(timeout=10)
     except subprocess.TimeoutExpired as expired:
         pytest.fail(
-            f"the wrapper did not exit: {_describe([process.pid, command.pid])}, "
-            f"{_signal_masks([process.pid, command.pid])}, stdout {expired.stdout!r}, "
+            f"the wrapper did not exit: {describe([process.pid, command.pid])}, "
+            f"{signal_masks([process.pid, command.pid])}, stdout {expired.stdout!r}, "
             f"stderr {expired.stderr!r}"
         )
     assert out.strip() == number.name

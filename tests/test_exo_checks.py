@@ -22,7 +22,7 @@ import pytest
 from exo_orphan_guard.exo import patching, uv_project
 
 from .helpers.dist import locked
-from .test_exo_integration import COMMITS, REPO, exo_src, mlx_lm_src
+from .helpers.exo_trees import COMMITS, REPO, exo_src, mlx_lm_src
 
 RUFF = "ruff==0.14.11"
 BASEDPYRIGHT = "basedpyright==1.37.1"

@@ -5,7 +5,7 @@ reached (as on this project's machines), `uv lock` cannot run, and the test chec
 what an operator then gets: the patch applied, the lock failure in one line naming
 what to run, `uv.lock` untouched, and revert giving back the tree byte for byte.
 Where they can, it checks the new lock instead: exo-orphan-guard added, exo's psutil
-kept. Needs EXO_SRC (see tests/test_exo_integration.py).
+kept. Needs EXO_SRC (see tests/helpers/exo_trees.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from exo_orphan_guard.exo import patching
 
 from .helpers.cli import run_cli
 from .helpers.dist import built_dist
-from .test_exo_integration import COMMITS, exo_src
+from .helpers.exo_trees import COMMITS, exo_src
 
 UV = Path(sys.executable).parent / "uv"
 

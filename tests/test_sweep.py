@@ -6,9 +6,7 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -20,35 +18,20 @@ import pytest
 from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper import killing
-from exo_orphan_guard.sweeper.sweeping import SweepReport, sweep
+from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import report_of, run_cli
 from tests.helpers.processes import NOBODY, start_orphan
+from tests.helpers.sweeps import gone, killed_pids, orphaned_runners
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to plant processes")
 
 
-def orphaned_runners(worker: scenarios.StartedWorker) -> list[ProcessIdentity]:
-    scenarios.kill_worker(worker)
-    time.sleep(0.3)
-    members = worker.all_processes()
-    assert scenarios.alive(members) == members, "the planted orphans should outlive their worker"
-    return members
-
-
-def gone(processes: list[ProcessIdentity]) -> bool:
-    return all(seen is not None for seen in scenarios.wait_gone(processes, 2.0).values())
-
-
 def cli_sweep(*arguments: str) -> dict[str, Any]:
     return report_of(run_cli("sweep", "--json", *arguments))
-
-
-def killed_pids(report: SweepReport) -> set[int]:
-    return {result.target.pid for result in report.results if result.outcome == "killed"}
 
 
 # --- planted orphans of each kind are killed ----------------------------------------
@@ -353,88 +336,3 @@ def test_usage_errors_are_one_line_with_exit_code_2(
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert "Traceback" not in captured.err
-
-
-# --- concurrency ------------------------------------------------------------------
-
-
-@pytest.mark.machine_wide
-def test_concurrent_sweeps_serialise_and_both_finish(
-    exo_python: str, start_worker: StartWorker
-) -> None:
-    unguarded = scenarios.start_worker(["idle", "idle", "child"], watch="none", python=exo_python)
-    guarded = start_worker(["gil", "gil"], strategy="poll")
-    try:
-        members = orphaned_runners(unguarded) + orphaned_runners(guarded)
-        reports: list[SweepReport] = []
-        threads = [
-            threading.Thread(target=lambda: reports.append(sweep(grace=0.3))) for _ in range(3)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(reports) == 3 and all(report.exit_code == 0 for report in reports)
-        assert gone(members)
-        ours = {member.pid for member in members}
-        killed = [pid for report in reports for pid in killed_pids(report) if pid in ours]
-        assert len(killed) == len(set(killed)) == 5
-    finally:
-        scenarios.cleanup(unguarded)
-
-
-def test_a_held_lock_makes_a_sweep_wait(isolated_environment: Path) -> None:
-    registry, _ = Registry.open(isolated_environment, create=True)
-    assert registry is not None
-    with registry.locked(1.0):
-        assert sweep(lock_timeout=0.2, fingerprint=False).lock_acquired is False
-        waited: list[float] = []
-        thread = threading.Thread(
-            target=lambda: waited.append(sweep(fingerprint=False).elapsed_seconds)
-        )
-        thread.start()
-        time.sleep(0.5)
-    thread.join()
-    assert waited[0] >= 0.45
-
-
-@pytest.mark.machine_wide
-def test_a_lock_file_that_cannot_be_opened_is_a_warning(
-    exo_python: str, isolated_environment: Path
-) -> None:
-    registry, _ = Registry.open(isolated_environment, create=True)
-    assert registry is not None
-    (registry.path / "sweep.lock").mkdir()  # open(O_RDWR) fails: EISDIR
-    worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
-    try:
-        (runner,) = orphaned_runners(worker)
-        report = sweep(grace=0.2)
-        assert any("no lock file" in warning for warning in report.warnings), report.warnings
-        assert runner.pid in killed_pids(report) and gone([runner])
-    finally:
-        scenarios.cleanup(worker)
-
-
-@pytest.mark.machine_wide
-def test_a_sweep_racing_process_churn_never_crashes(exo_python: str) -> None:
-    stop = threading.Event()
-
-    def churn() -> None:
-        while not stop.is_set():
-            subprocess.run(
-                [exo_python, "-c", "pass", "--multiprocessing-fork"],
-                check=False,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-
-    threads = [threading.Thread(target=churn) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    try:
-        reports = [sweep(grace=0.1) for _ in range(30)]
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join()
-    assert all(report.exit_code == 0 for report in reports)

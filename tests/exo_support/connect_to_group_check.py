@@ -44,13 +44,11 @@ another test's sweep can kill ours.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,9 +57,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The shared set-up sits next to this script (stdlib and psutil only). No .pyc next
+# to the sources.
+sys.dont_write_bytecode = True
+from check_setup import (  # noqa: E402
+    Planted,
+    prepare_env,
+    report_guard_wiring,
+    start_orphan,
+    start_own_runner,
+)
+
 VERSIONS = ("main", "v1.0.71")
-SLEEPER = "import time; time.sleep(600)"
-SPAWN_FLAG = "--multiprocessing-fork"
 WARM_UP = (
     "exo.worker.main",
     "exo.worker.tests.unittests.conftest",
@@ -72,62 +79,6 @@ WARM_UP = (
 
 def note(message: str) -> None:
     print(f"connect_to_group_check: {message}", file=sys.stderr, flush=True)
-
-
-# --- the two planted processes ------------------------------------------------
-
-
-@dataclass
-class Planted:
-    """A process we started, known by pid and start time (so pid reuse is no match)."""
-
-    pid: int
-    create_time: float
-    popen: subprocess.Popen[bytes] | None = None
-
-    @classmethod
-    def of(cls, pid: int, popen: subprocess.Popen[bytes] | None = None) -> Planted:
-        import psutil
-
-        return cls(pid, psutil.Process(pid).create_time(), popen)
-
-    def alive(self) -> bool:
-        import psutil
-
-        try:
-            process = psutil.Process(self.pid)
-            return process.create_time() == self.create_time and process.status() not in (
-                psutil.STATUS_ZOMBIE,
-                psutil.STATUS_DEAD,
-            )
-        except psutil.NoSuchProcess:
-            return False
-
-    def kill(self) -> None:
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-        if self.popen is not None:
-            self.popen.wait(timeout=10)
-
-
-def start_orphan() -> Planted:
-    """The venv's python, flagged as a spawn child, whose parent has already exited."""
-    script = f'"$0" -c "{SLEEPER}" {SPAWN_FLAG} </dev/null >/dev/null 2>&1 & echo $!'
-    output = subprocess.run(
-        ["sh", "-c", script, sys.executable], check=True, capture_output=True, text=True
-    ).stdout
-    return Planted.of(int(output.split()[0]))  # sh has exited: reparented by now
-
-
-def start_own_runner() -> Planted:
-    """The same kind of process, but a direct child of this (worker) process."""
-    popen = subprocess.Popen(
-        [sys.executable, "-c", SLEEPER, SPAWN_FLAG],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-    )
-    return Planted.of(popen.pid, popen)
 
 
 # --- the fake supervisor -------------------------------------------------------
@@ -166,34 +117,6 @@ class FakeSupervisor:
 
 
 # --- exo ---------------------------------------------------------------------
-
-
-def prepare_env(scratch: Path) -> None:
-    """The guard's switch and registry, and the directories exo reads at import."""
-    registry = scratch / "orphan-guard"
-    registry.mkdir()
-    os.environ["EXO_ORPHAN_GUARD"] = "1"
-    os.environ["EXO_ORPHAN_GUARD_DIR"] = str(registry)
-    dashboard = scratch / "dashboard"
-    dashboard.mkdir()
-    (dashboard / "index.html").write_text("<!doctype html><title>exo test</title>\n")
-    (scratch / "resources").mkdir()
-    os.environ.setdefault("EXO_RESOURCES_DIR", str(scratch / "resources"))
-    os.environ.setdefault("EXO_DASHBOARD_DIR", str(dashboard))
-    for name in ("XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
-        os.environ.setdefault(name, str(scratch / name.lower()))
-
-
-def report_guard_wiring() -> None:
-    """Say on stderr whether this tree is patched and the package importable."""
-    try:
-        from exo.worker import orphan_guard  # pyright: ignore[reportAttributeAccessIssue]
-    except ImportError:
-        note("exo.worker.orphan_guard missing: unpatched tree, nothing will sweep")
-        return
-    package = getattr(orphan_guard, "_package", None)
-    note(f"patched tree; exo_orphan_guard importable: {package is not None}")
-    orphan_guard.prepare_worker()  # what the patched Worker.run does first
 
 
 async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
@@ -342,7 +265,7 @@ def check(version: str, timeout: float, busy: bool = False) -> dict[str, Any]:
         prepare_env(scratch)
         from exo.shared.types.tasks import ConnectToGroup
 
-        report_guard_wiring()
+        report_guard_wiring(note, unpatched="nothing will sweep")
         if busy:
             # Its ending lasts seconds: nothing slow (imports) may come after it starts.
             for module in WARM_UP:

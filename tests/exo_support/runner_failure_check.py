@@ -66,10 +66,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The sibling check's planted-process helpers and environment set-up (stdlib and
-# psutil only; nothing of exo is imported by this). No .pyc next to the sources.
+# The shared set-up sits next to this script (stdlib and psutil only; nothing of exo
+# is imported by it). No .pyc next to the sources.
 sys.dont_write_bytecode = True
-from connect_to_group_check import Planted, prepare_env, start_orphan  # noqa: E402
+from check_setup import Planted, prepare_env, report_guard_wiring, start_orphan  # noqa: E402
 
 VERSIONS = ("main", "v1.0.71")
 KNOWN = "[jaccl] Changing queue pair to RTR failed with errno 16"
@@ -92,17 +92,6 @@ class Phase:
 
 
 # --- exo ---------------------------------------------------------------------
-
-
-def report_guard_wiring() -> None:
-    try:
-        from exo.worker import orphan_guard  # pyright: ignore[reportAttributeAccessIssue]
-    except ImportError:
-        note("exo.worker.orphan_guard missing: unpatched tree, nothing will diagnose")
-        return
-    package = getattr(orphan_guard, "_package", None)
-    note(f"patched tree; exo_orphan_guard importable: {package is not None}")
-    orphan_guard.prepare_worker()  # what the patched Worker.run does first
 
 
 def bound_instance() -> Any:
@@ -281,7 +270,7 @@ def check(version: str, timeout: float) -> dict[str, Any]:
 
         logs: list[str] = []
         logger.add(lambda message: logs.append(message.record["message"]), level="DEBUG")
-        report_guard_wiring()
+        report_guard_wiring(note, unpatched="nothing will diagnose")
 
         orphan = start_orphan()
         planted.append(orphan)

@@ -12,6 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 from exo_orphan_guard import system
 from exo_orphan_guard.rig.scenarios import wait_gone
 from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
@@ -72,6 +74,39 @@ def kill_all(identities: Sequence[ProcessIdentity]) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(identity.pid, signal.SIGKILL)
     wait_gone(family, 5.0)
+
+
+def gone_within(processes: Sequence[ProcessIdentity], seconds: float) -> bool:
+    return all(seen is not None for seen in wait_gone(list(processes), seconds).values())
+
+
+def describe(pids: Sequence[int]) -> list[str]:
+    """Who each still-running process is: its state, parent and command line."""
+    described: list[str] = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            with process.oneshot():
+                described.append(
+                    f"{pid} {process.status()} ppid={process.ppid()} {process.cmdline()}"
+                )
+        except psutil.Error:
+            described.append(f"{pid} (gone meanwhile)")
+    return described
+
+
+def signal_masks(pids: Sequence[int]) -> dict[int, str]:
+    """Blocked, ignored, caught and pending signals of each (Linux /proc), in hex."""
+    masks: dict[int, str] = {}
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+        except OSError as error:
+            masks[pid] = error.strerror or "unreadable"
+            continue
+        keys = ("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+        masks[pid] = " ".join(line for line in lines if line.split(":")[0] in keys)
+    return masks
 
 
 def _quote(word: str) -> str:

@@ -1,0 +1,211 @@
+"""Real exo for the tests that need it: throw-away copies of exo (EXO_SRC) at the two
+supported commits, patched or not, their Python 3.13 environments (scripts/exo-venv,
+cached between runs), and exo's real worker and checks run inside them.
+
+Without EXO_SRC (or MLX_LM_SRC where exo's runner must load), a test that asks for
+them is skipped with what to run: `make test-exo EXO_SRC=... MLX_LM_SRC=...`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exo_orphan_guard.exo import patching
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import identity_of
+from tests.helpers.processes import kill_all
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+SUPPORT = REPO / "tests" / "exo_support"
+
+
+COMMITS = {"v1.0.71": "fd707de30b42", "main": "b5375f8cee43"}
+
+
+HOW_TO_RUN = "run `make test-exo EXO_SRC=/path/to/exo MLX_LM_SRC=/path/to/mlx-lm`"
+
+
+def exo_src() -> Path:
+    value = os.environ.get("EXO_SRC", "").strip()
+    if not value:
+        pytest.skip(
+            f"EXO_SRC is not set, so there is no exo checkout to test against: {HOW_TO_RUN}"
+        )
+    path = Path(value).expanduser()
+    if not (path / ".git").exists() and not (path / "HEAD").exists():
+        pytest.fail(f"EXO_SRC={value} is not a git clone of exo-explore/exo")
+    return path
+
+
+def mlx_lm_src() -> Path:
+    value = os.environ.get("MLX_LM_SRC", "").strip()
+    if not value:
+        pytest.skip(f"MLX_LM_SRC is not set, so exo's runner cannot load: {HOW_TO_RUN}")
+    return Path(value).expanduser()
+
+
+def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
+    """A fresh copy of exo at `version`'s commit; with the series applied if asked."""
+    source = exo_src()
+    target = work / f"{version}-{'patched' if patched else 'pristine'}"
+    if not target.exists():
+        target.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(source), "archive", COMMITS[version]],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+        if patched:
+            status, changed = patching.apply(target)
+            assert changed and status.series.name == version
+    return target
+
+
+def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
+    command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(cache)]
+    if runner:
+        command += ["--runner", str(mlx_lm_src())]
+    built = subprocess.run(command, capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
+    venv = Path(built.stdout.strip().splitlines()[-1])
+    # exo_orphan_guard from this checkout, and nothing else of it (no `tests` package
+    # to shadow exo's); psutil, anyio and loguru are exo's own dependencies. One
+    # directory per checkout: checkouts that share a cache must not share a link.
+    key = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
+    path_dir = cache / "exo-orphan-guard-path" / key
+    path_dir.mkdir(parents=True, exist_ok=True)
+    link = path_dir / "exo_orphan_guard"
+    if not link.is_symlink() or link.resolve() != (REPO / "exo_orphan_guard").resolve():
+        link.unlink(missing_ok=True)
+        link.symlink_to(REPO / "exo_orphan_guard")
+    (site_packages,) = venv.glob("lib/python3.*/site-packages")
+    (site_packages / "exo_orphan_guard_checkout.pth").write_text(f"{path_dir}\n")
+    return venv
+
+
+def exo_environment(scratch: Path, *, guard: bool) -> dict[str, str]:
+    (scratch / "resources").mkdir(parents=True, exist_ok=True)
+    (scratch / "dashboard").mkdir(exist_ok=True)
+    (scratch / "dashboard" / "index.html").write_text("<!doctype html>\n")
+    env = dict(os.environ)
+    env.update(
+        {
+            "EXO_RESOURCES_DIR": str(scratch / "resources"),
+            "EXO_DASHBOARD_DIR": str(scratch / "dashboard"),
+            "XDG_CACHE_HOME": str(scratch / "xdg-cache"),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            settings.TOGGLE_ENV: "1" if guard else "0",
+            settings.DIR_ENV: str(scratch / "registry"),
+        }
+    )
+    env.pop(settings.WORKER_ENV, None)
+    # This checkout's package, whatever the shared venv cache's .pth names (another
+    # checkout may have made it): PYTHONPATH comes first.
+    path_dir = scratch / "guard-path"
+    path_dir.mkdir(exist_ok=True)
+    link = path_dir / "exo_orphan_guard"
+    if not link.is_symlink():
+        link.symlink_to(REPO / "exo_orphan_guard")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path_dir), env.get("PYTHONPATH")]))
+    return env
+
+
+@contextlib.contextmanager
+def exo_worker(
+    tree: Path,
+    venv: Path,
+    version: str,
+    *,
+    guard: bool,
+    grace: float | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Generator[dict[str, Any]]:
+    """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
+    report also names the registry the runner records itself (and its ending) in."""
+    scratch = Path(tempfile.mkdtemp(prefix="eog-exo-worker-"))
+    stderr = (scratch / "harness.log").open("wb")
+    environment = exo_environment(scratch, guard=guard)
+    if grace is not None:
+        environment[settings.GRACE_ENV] = f"{grace!r}"
+    for name, value in (extra_env or {}).items():
+        joined = [value, environment.get(name, "")] if name == "PYTHONPATH" else [value]
+        environment[name] = os.pathsep.join(filter(None, joined))
+    harness = subprocess.Popen(
+        [
+            str(venv / "bin" / "python"),
+            str(SUPPORT / "worker_harness.py"),
+            "--version",
+            version,
+            "--scratch",
+            str(scratch / "harness"),
+        ],
+        cwd=tree,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+    spawned: list[int] = []
+    try:
+        assert harness.stdout is not None
+        ready, _, _ = select.select([harness.stdout], [], [], 120)
+        line = harness.stdout.readline() if ready else b""
+        report: dict[str, Any] = json.loads(line or b"{}")
+        assert report.get("event") == "runner-idle", (
+            report,
+            (scratch / "harness.log").read_text()[-3000:],
+        )
+        spawned.append(report["runner_pid"])
+        yield {**report, "registry": scratch / "registry"}
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(harness.pid, signal.SIGKILL)
+        harness.wait()
+        stderr.close()
+        kill_all([identity for pid in spawned if (identity := identity_of(pid)) is not None])
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_check(
+    script: str, version: str, work: Path, venv_cache: Path, *options: str
+) -> dict[str, object]:
+    """Run one of tests/exo_support's checks in a patched exo tree; its JSON verdict."""
+    tree = exo_tree(work, version, patched=True)
+    venv = exo_venv(tree, venv_cache)
+    with tempfile.TemporaryDirectory(prefix="eog-exo-check-") as scratch:
+        completed = subprocess.run(
+            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version, *options],
+            cwd=tree,
+            env=exo_environment(Path(scratch), guard=True),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, completed.stderr[-3000:]
+    result: dict[str, object] = json.loads(lines[-1])
+    assert completed.returncode == 0, (result, completed.stderr[-3000:])
+    return result
+
+
+def venv_cache() -> Path:
+    """Where scripts/exo-venv keeps exo's environments: EXO_VENV_CACHE, or .cache/."""
+    return Path(os.environ.get("EXO_VENV_CACHE", REPO / ".cache" / "exo-venv"))

@@ -1,0 +1,106 @@
+"""The sweeps against real exo, in exo's worker: the default sweep finds the orphan of
+unpatched exo; with the series, ConnectToGroup sweeps first through exo's real Worker
+without stalling its plan loop, and a runner failure is diagnosed and swept through
+exo's real supervisor. Needs EXO_SRC and MLX_LM_SRC, as `test_exo_integration.py`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.sweeper.sweeping import sweep
+from exo_orphan_guard.system.identity import identity_of
+from tests.helpers.exo_trees import COMMITS, exo_tree, exo_venv, exo_worker, run_check
+
+pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
+versions = pytest.mark.parametrize("version", list(COMMITS))
+
+
+@versions
+@pytest.mark.machine_wide
+def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
+    version: str, exo_work: Path, exo_venv_cache: Path, tmp_path: Path
+) -> None:
+    tree = exo_tree(exo_work, version, patched=False)
+    venv = exo_venv(tree, exo_venv_cache, runner=True)
+    with exo_worker(tree, venv, version, guard=False) as report:
+        runner = identity_of(report["runner_pid"])
+        assert runner is not None
+        trackers = [
+            identity
+            for child in psutil.Process(report["worker_pid"]).children()
+            if "resource_tracker" in " ".join(child.cmdline())
+            for identity in [identity_of(child.pid)]
+            if identity is not None
+        ]
+        os.kill(report["worker_pid"], signal.SIGKILL)
+        time.sleep(1.0)
+        assert scenarios.alive([runner]) == [runner], "unpatched exo should leave an orphan"
+        swept = sweep(registry_dir=tmp_path / "registry", grace=1.0)
+        ours = [verdict for verdict in swept.targets if verdict.pid == runner.pid]
+        assert [verdict.rule for verdict in ours] == ["fingerprint"], swept.verdicts
+        assert scenarios.wait_gone([runner], 3.0)[runner] is not None
+        # multiprocessing's resource tracker is no runner: it leaves by itself.
+        assert trackers and all(
+            seen is not None for seen in scenarios.wait_gone(trackers, 5.0).values()
+        )
+        assert all(killed.target not in trackers for killed in swept.results)
+
+
+@versions
+@pytest.mark.machine_wide
+def test_connect_to_group_sweeps_through_exos_real_worker(
+    version: str, exo_work: Path, exo_venv_cache: Path
+) -> None:
+    result = run_check("connect_to_group_check.py", version, exo_work, exo_venv_cache)
+    assert result == {
+        **result,
+        "connect_to_group_forwarded": True,
+        "orphan_killed": True,
+        "own_runner_alive": True,
+        "sweep_before_forward": True,
+    }
+
+
+@versions
+@pytest.mark.machine_wide
+def test_the_workers_plan_loop_is_not_stalled_while_an_orphan_is_waited_for(
+    version: str, exo_work: Path, exo_venv_cache: Path
+) -> None:
+    """A leftover runner ending cleanly is waited for before ConnectToGroup; meanwhile
+    exo's real plan_step serves another instance (LoadModel), and the ConnectToGroup
+    starts once, after the orphan is gone. With the earlier release's patch (the sweep
+    awaited inside plan_step) LoadModel came only after the orphan was gone."""
+    result = run_check(
+        "connect_to_group_check.py", version, exo_work, exo_venv_cache, "--busy-orphan"
+    )
+    assert result == {
+        **result,
+        "connect_to_group_forwarded": True,
+        "orphan_killed": True,
+        "sweep_before_forward": True,
+        "connect_to_group_once": True,
+        "other_instance_served_while_waiting": True,
+        "wait_logged": True,
+    }
+
+
+@versions
+@pytest.mark.machine_wide
+def test_a_runner_failure_is_diagnosed_and_swept_through_exos_real_supervisor(
+    version: str, exo_work: Path, exo_venv_cache: Path
+) -> None:
+    result = run_check("runner_failure_check.py", version, exo_work, exo_venv_cache)
+    assert result == {
+        **result,
+        "diagnosis_logged": True,
+        "orphan_killed": True,
+        "unrecognised_ignored": True,
+    }
