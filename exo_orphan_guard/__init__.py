@@ -24,7 +24,8 @@ if TYPE_CHECKING:
         worker_sweep,
     )
     from .sweeper.killing import KillResult
-    from .sweeper.sweeping import SweepReport, sweep, sweep_async
+    from .sweeper.sweep_report import SweepReport
+    from .sweeper.sweeping import sweep, sweep_async
     from .sweeper.verdicts import Verdict
     from .watch.clean_ending import ending_cleanly
     from .watch.runner_watch import guard_runner
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 _HOMES: Final = {
     "FailureDiagnosis": "exo.worker",
     "KillResult": "sweeper.killing",
-    "SweepReport": "sweeper.sweeping",
+    "SweepReport": "sweeper.sweep_report",
     "Verdict": "sweeper.verdicts",
     "WorkerGone": "watch.worker_gone",
     "ending_cleanly": "watch.clean_ending",

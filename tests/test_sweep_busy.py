@@ -8,16 +8,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from exo_orphan_guard import system
 from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import Registry, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
 from exo_orphan_guard.rig.notes import read_notes
+from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import liveness
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
@@ -124,6 +129,42 @@ def test_scan_shows_a_runner_busy_in_native_code(
     assert under_way["status"] == "WARN" and f"pid {runner.pid} busy" in under_way["detail"]
     assert "sweep --now" in under_way["next"]
     os.kill(runner.pid, 9)
+
+
+def test_a_stopped_sweep_leaves_a_busy_orphan_to_its_watchdog_and_keeps_its_record(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
+) -> None:
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")
+    worker = start_worker(["gil"])
+    runner = worker.runners[0].identity
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)
+    scenarios.kill_worker(worker)
+    time.sleep(0.7)  # recorded busy
+    stop = threading.Event()
+    waits: list[str] = []
+
+    def waiting(line: str) -> None:
+        waits.append(line)
+        stop.set()  # as exo's cancellation would, once the sweep waits
+
+    report = sweep(fingerprint=False, grace=0.2, on_wait=waiting, stop=stop)
+    assert report.elapsed_seconds < 5.0 and waits, report
+    assert report.left_to_end == (runner,) and report.results == (), report
+    assert report.exit_code == 1 and "left to their watchdogs" in report.summary()
+    assert liveness(runner) == "alive" and system.is_stopped(runner.pid) is False
+    record = host_directory(isolated_environment) / f"runner-{runner.pid}.json"
+    assert record.exists(), "the record of a runner still ending must stay"
+    os.kill(runner.pid, 9)
+
+
+def test_a_stopped_sweep_gives_up_waiting_for_the_lock(isolated_environment: Path) -> None:
+    registry, _ = Registry.open(isolated_environment, create=True)
+    assert registry is not None
+    stop = threading.Event()
+    with registry.locked(1.0):
+        threading.Timer(0.2, stop.set).start()
+        report = sweep(fingerprint=False, lock_timeout=30.0, stop=stop)
+    assert report.lock_acquired is False and report.elapsed_seconds < 5.0, report
 
 
 # --- what a sweep waits until (pure) -----------------------------------------------------

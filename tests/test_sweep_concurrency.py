@@ -14,7 +14,8 @@ import pytest
 
 from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper.sweeping import SweepReport, sweep
+from exo_orphan_guard.sweeper.sweep_report import SweepReport
+from exo_orphan_guard.sweeper.sweeping import sweep
 from tests.conftest import StartWorker
 from tests.helpers.sweeps import gone, killed_pids, orphaned_runners
 

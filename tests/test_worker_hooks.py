@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 from loguru import logger
 
+from exo_orphan_guard import system
 from exo_orphan_guard.exo import worker
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import Registry, host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper.sweeping import SweepReport
+from exo_orphan_guard.sweeper.sweep_report import SweepReport
 from exo_orphan_guard.system import settings
-from exo_orphan_guard.system.identity import ProcessIdentity, current_identity
+from exo_orphan_guard.system.identity import ProcessIdentity, current_identity, liveness
+from tests.conftest import StartWorker
 from tests.helpers.processes import make_fake_exo_environment
+from tests.helpers.waiting import wait_until
 
 
 @pytest.fixture
@@ -111,3 +118,58 @@ async def test_unrecognised_failures_and_the_toggle_off_do_nothing(
     monkeypatch.setenv(settings.TOGGLE_ENV, "1")
     assert await worker.diagnose_runner_failure("Terminated (exitcode=1)") is None
     assert log_lines == []
+
+
+BUSY_WAIT = 20.0
+"""Far longer than the bound below: a sweep that waited it out would fail it."""
+
+
+def busy_orphan(start_worker: StartWorker, registry: Path) -> ProcessIdentity:
+    """A guarded runner in native code holding the GIL, its worker SIGKILLed and its
+    watchdog's `busy` recorded: a sweep waits for it, up to BUSY_WAIT."""
+    started = start_worker(["gil"])
+    runner = started.runners[0].identity
+    time.sleep(scenarios.GIL_SETTLE_SECONDS)  # inside its native call
+    scenarios.kill_worker(started)
+    path = host_directory(registry) / endings.ENDINGS_NAME
+
+    def recorded_busy() -> bool:
+        latest = endings.latest(endings.read(path, system.boot_id())).get(runner)
+        return latest is not None and latest.event == "busy"
+
+    assert wait_until(recorded_busy, 10.0), "its watchdog never recorded it busy"
+    return runner
+
+
+def lock_is_free(registry: Path) -> bool:
+    opened, _ = Registry.open(registry, create=False)
+    assert opened is not None
+    with opened.locked(0.0) as acquired:
+        return acquired
+
+
+@pytest.mark.machine_wide
+async def test_a_cancelled_sweep_gives_way_at_once_and_leaves_a_busy_runner_to_its_watchdog(
+    monkeypatch: pytest.MonkeyPatch,
+    log_lines: list[str],
+    start_worker: StartWorker,
+    isolated_environment: Path,
+) -> None:
+    """exo cancels the task awaiting a sweep (Ctrl-C, a Worker torn down at an election)
+    while the sweep waits for a busy runner: the cancellation goes through at once, not
+    when the wait ends, and the sweep lets go of the lock and never signals the runner."""
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
+    runner = busy_orphan(start_worker, isolated_environment)
+    cancelled_at = float("inf")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.worker_sweep, "connect to group")
+            while not any(f"waiting for runner {runner.pid}" in line for line in log_lines):
+                await anyio.sleep(0.01)
+            cancelled_at = time.monotonic()
+            scope.cancel()
+    given_way = time.monotonic() - cancelled_at
+    assert given_way < 0.5, f"the cancellation waited {given_way:.1f} s for the sweep"
+    assert wait_until(lambda: lock_is_free(isolated_environment), 1.0), "the lock is still held"
+    assert liveness(runner) == "alive" and system.is_stopped(runner.pid) is False

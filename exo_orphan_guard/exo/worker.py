@@ -12,7 +12,8 @@ from typing import final
 
 from loguru import logger
 
-from ..sweeper.sweeping import SweepReport, sweep_async
+from ..sweeper.sweep_report import SweepReport
+from ..sweeper.sweeping import sweep_async
 from ..system.identity import current_identity
 from ..system.once import warn_once
 from ..system.settings import WORKER_ENV, guard_enabled

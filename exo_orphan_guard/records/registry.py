@@ -21,6 +21,7 @@ import json
 import math
 import os
 import stat
+import threading
 import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
@@ -235,8 +236,9 @@ class Registry:
                         os.unlink(path)
 
     @contextlib.contextmanager
-    def locked(self, timeout: float) -> Generator[bool]:
-        """Serialise sweeps; yields False (and does not wait longer) on timeout.
+    def locked(self, timeout: float, stop: threading.Event | None = None) -> Generator[bool]:
+        """Serialise sweeps; yields False (and does not wait longer) on timeout, or
+        once `stop` is set.
 
         LockUnavailableError, before anything is yielded, if there is no lock file or
         the filesystem cannot lock it.
@@ -255,10 +257,9 @@ class Registry:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
+                    if time.monotonic() >= deadline or _stopped(stop, _LOCK_POLL_SECONDS):
                         yield False
                         return
-                    time.sleep(_LOCK_POLL_SECONDS)
                 except OSError as error:  # ENOLCK: a filesystem without locks (NFS, say)
                     raise LockUnavailableError(
                         error.errno,
@@ -271,6 +272,14 @@ class Registry:
     def _read_trusted(self, path: Path, uid: int) -> RunnerRecord:
         with trust.open_trusted(path, uid, record_file_problem) as file:
             return parse_record(file.read(MAX_RECORD_BYTES + 1))
+
+
+def _stopped(stop: threading.Event | None, seconds: float) -> bool:
+    """Wait `seconds`, or less if `stop` is set meanwhile; whether it is."""
+    if stop is None:
+        time.sleep(seconds)
+        return False
+    return stop.wait(seconds)
 
 
 def _object(fields: Mapping[str, object], key: str) -> dict[str, object]:

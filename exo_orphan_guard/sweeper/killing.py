@@ -3,7 +3,8 @@
 A guarded runner that is ending the clean way by itself (its worker gone, within its
 grace, or busy in native code within its busy wait) is waited for first, untouched:
 no stop, no signal, until its deadline, and past it for as long as its watchdog has
-since recorded a later one.
+since recorded a later one, or until the sweep is told to stop (exo cancelled the
+task that awaits it): then it is left, as it is, to its watchdog.
 
 Each orphan's tree is frozen (SIGSTOP) before it is read, so no process can fork a
 child behind the sweep's back, and frozen again before SIGKILL: an orphan still
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -105,21 +107,24 @@ def execute(
     journal: FreezeJournal | None,
     patience: Mapping[ProcessIdentity, float] | None = None,
     renew: Renewal | None = None,
+    stop: threading.Event | None = None,
 ) -> list[KillResult]:
     """Kill each target and its descendants. With a `journal`, each tree is frozen
     while it is read; without one nothing is ever stopped (a sweeper that died would
     leave it stopped), and the tree is read again right before SIGKILL instead.
     `patience`: targets ending by themselves, each with the `time.monotonic()` it is
     left alone until (gone by then, it is `exited`); the others are dealt with first.
-    `renew`: asked, as each deadline runs out, for a later one."""
+    `renew`: asked, as each deadline runs out, for a later one. `stop`, once set, ends
+    the wait for them: those still there get no result, and nothing is sent them."""
     waiting = {target: patience[target] for target in targets if patience and target in patience}
     # A target is never taken for another one's descendant, in either batch.
     reserved = {*protected, *(target.pid for target in targets)}
     at_once = [target for target in targets if target not in waiting]
     results = _escalate(at_once, reserved, grace, kill_wait, journal)
     if waiting:
-        _wait_for_clean_endings(waiting, renew)
-        results += _escalate(list(waiting), reserved, grace, kill_wait, journal)
+        left = _wait_for_clean_endings(waiting, renew, stop)
+        waited = [target for target in waiting if target not in left]
+        results += _escalate(waited, reserved, grace, kill_wait, journal)
     order = {target: index for index, target in enumerate(targets)}
     return sorted(results, key=lambda result: order[result.target])
 
@@ -204,8 +209,10 @@ def _send(member: ProcessIdentity, number: int) -> bool:
 
 
 def _wait_for_clean_endings(
-    patience: Mapping[ProcessIdentity, float], renew: Renewal | None
-) -> None:
+    patience: Mapping[ProcessIdentity, float], renew: Renewal | None, stop: threading.Event | None
+) -> set[ProcessIdentity]:
+    """Wait until each target is gone or out of time; those still waited for when
+    `stop` is set are returned."""
     pending = dict(patience)
     while pending:
         now = time.monotonic()
@@ -215,8 +222,13 @@ def _wait_for_clean_endings(
                 del pending[target]
             elif later is not None:
                 pending[target] = later
-        if pending:
+        if not pending:
+            break
+        if stop is None:
             time.sleep(_WAIT_STEP_SECONDS)
+        elif stop.wait(_WAIT_STEP_SECONDS):
+            return set(pending)
+    return set()
 
 
 def _wait_until_gone(families: Sequence[_Family], seconds: float) -> None:

@@ -11,7 +11,7 @@ from ..records.endings import Ending
 from ..system.process_facts import MemoryUsage
 from .killing import KillResult
 from .process_table import ProcessInfo
-from .sweeping import SweepReport
+from .sweep_report import SweepReport
 from .verdicts import Verdict
 
 REPORT_SCHEMA: Final = "exo-orphan-guard/sweep-report/1"

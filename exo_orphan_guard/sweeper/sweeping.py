@@ -2,7 +2,8 @@
 
 `sweep()` locks the registry, reads it, snapshots the process table, lets
 `verdicts.decide` judge, then acts: kills targets (`killing`), deletes stale records.
-`sweep_async()` runs the same in a worker thread for exo's event loop.
+`sweep_async()` runs the same in a worker thread for exo's event loop, and stops it
+(`stop`) when the task awaiting it is cancelled.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, ParamSpec, TypeVar, final
+from typing import Final, ParamSpec, final
 
 from ..records import endings
 from ..records.freeze_journal import FreezeJournal, thaw_abandoned
@@ -26,10 +28,10 @@ from . import killing, sweep_endings
 from .judging import judge, sweep_options
 from .killing import KillResult
 from .process_table import ProcessTable
+from .sweep_report import SweepReport
 from .verdicts import SweepOptions, Verdict
 
 P = ParamSpec("P")
-R = TypeVar("R")
 
 DEFAULT_KILL_WAIT_SECONDS: Final = 2.0
 DEFAULT_LOCK_TIMEOUT_SECONDS: Final = 15.0
@@ -55,60 +57,9 @@ class SweepRequest:
     """Told one line for each runner the sweep waits for: which, why, until when."""
     wait_for_endings: bool = True
     """False (`sweep --now`): no waiting for runners already ending by themselves."""
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    verdicts: tuple[Verdict, ...]
-    results: tuple[KillResult, ...]
-    warnings: tuple[str, ...]
-    dry_run: bool
-    registry: Path | None
-    elapsed_seconds: float
-    lock_acquired: bool = True
-    would_signal: Mapping[Pid, tuple[Pid, ...]] = field(default_factory=dict[Pid, tuple[Pid, ...]])
-    """Dry runs: each target's descendants, which a sweep would signal with it."""
-    other_users_spared: int = 0
-    continued: tuple[ProcessIdentity, ...] = ()
-    """Processes a dead sweeper had left stopped, continued by this sweep."""
-    target_endings: Mapping[ProcessIdentity, endings.Ending] = field(
-        default_factory=dict[ProcessIdentity, endings.Ending]
-    )
-    """Dry runs: what the targets' watchdogs recorded (an ending under way, say)."""
-
-    @property
-    def targets(self) -> tuple[Verdict, ...]:
-        return tuple(verdict for verdict in self.verdicts if verdict.action == "kill")
-
-    @property
-    def survivors(self) -> tuple[KillResult, ...]:
-        return tuple(result for result in self.results if result.outcome == "unkillable")
-
-    @property
-    def exit_code(self) -> int:
-        """0 nothing left; 1 orphans remain (or would, for a dry run)."""
-        if self.dry_run:
-            return 1 if self.targets else 0
-        return 1 if self.survivors or not self.lock_acquired else 0
-
-    def summary(self) -> str:
-        if not self.lock_acquired:
-            return "another sweep held the registry lock: nothing done"
-        if self.dry_run:
-            text = f"{len(self.targets)} orphan(s) found, nothing killed (dry run)"
-        else:
-            killed = sum(result.outcome != "unkillable" for result in self.results)
-            text = (
-                f"{len(self.targets)} orphan(s) found, {killed} gone, "
-                f"{len(self.survivors)} unkillable"
-            )
-        if self.other_users_spared:
-            text += (
-                f"; {self.other_users_spared} matching process(es) of other users spared "
-                "(never touched unless --all-users)"
-            )
-        return text
+    stop: threading.Event | None = None
+    """Once set, the sweep waits no more: not for the lock, nor for a runner ending
+    by itself (left to its watchdog)."""
 
 
 def sweep(
@@ -124,6 +75,7 @@ def sweep(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     on_wait: Callable[[str], None] | None = None,
     wait_for_endings: bool = True,
+    stop: threading.Event | None = None,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -139,6 +91,8 @@ def sweep(
     a recorded runner already ending the clean way, or busy in native code, is first
     waited for, until its watchdog would kill it (`wait_for_endings=False`: not at
     all); `on_wait` gets one line for each wait, saying which, why and until when.
+    `stop`, set from another thread, ends every wait: for the lock (nothing done), for
+    a runner ending by itself (left to its watchdog, in `left_to_end`).
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -152,7 +106,15 @@ def sweep(
         if parsed.warning is not None:
             warnings.append(parsed.warning)
     request = SweepRequest(
-        options, dry_run, registry_dir, grace, kill_wait, lock_timeout, on_wait, wait_for_endings
+        options,
+        dry_run,
+        registry_dir,
+        grace,
+        kill_wait,
+        lock_timeout,
+        on_wait,
+        wait_for_endings,
+        stop,
     )
     return _run(request, warnings, started)
 
@@ -181,6 +143,7 @@ def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepRep
             ),
             continued=outcome.continued,
             target_endings=outcome.target_endings,
+            left_to_end=outcome.left_to_end,
         )
 
     if request.dry_run:
@@ -198,7 +161,7 @@ def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepRep
     if registry is None:
         return report(_kill_orphans(None, request, warnings))
     try:
-        with registry.locked(request.lock_timeout) as acquired:
+        with registry.locked(request.lock_timeout, request.stop) as acquired:
             if not acquired:
                 return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
@@ -218,6 +181,7 @@ class _Outcome:
     target_endings: Mapping[ProcessIdentity, endings.Ending] = field(
         default_factory=dict[ProcessIdentity, endings.Ending]
     )
+    left_to_end: tuple[ProcessIdentity, ...] = ()
 
 
 def _kill_orphans(
@@ -234,6 +198,7 @@ def _kill_orphans(
         journal = FreezeJournal.create(registry.path, current_identity())
     verdicts: list[Verdict] = []
     results: list[KillResult] = []
+    left_to_end: list[ProcessIdentity] = []
     try:
         for _ in range(_PASSES):
             table, judged = judge(registry, request.options, warnings)
@@ -241,12 +206,23 @@ def _kill_orphans(
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
             results.extend(acted)
-            if not _left_groups(judged, acted):
+            left_to_end = _not_acted_on(judged, acted)
+            if left_to_end or not _left_groups(judged, acted):
                 break
     finally:
         if journal is not None:
             journal.close()
-    return _Outcome(tuple(verdicts), tuple(results), continued=tuple(continued))
+    return _Outcome(
+        tuple(verdicts), tuple(results), continued=tuple(continued), left_to_end=tuple(left_to_end)
+    )
+
+
+def _not_acted_on(
+    verdicts: Sequence[Verdict], results: Sequence[KillResult]
+) -> list[ProcessIdentity]:
+    """Targets without a result: runners the sweep stopped waiting for (`stop`)."""
+    acted_on = {result.target for result in results}
+    return [target for target in _targets(verdicts) if target not in acted_on]
 
 
 def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> bool:
@@ -264,17 +240,28 @@ def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> 
     )
 
 
-def _in_worker_thread(function: Callable[P, R]) -> Callable[P, Awaitable[R]]:
-    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+def _in_worker_thread(function: Callable[P, SweepReport]) -> Callable[P, Awaitable[SweepReport]]:
+    async def run(*args: P.args, **kwargs: P.kwargs) -> SweepReport:
         import anyio.to_thread  # only exo's event loop needs it: the CLI starts without
 
-        return await anyio.to_thread.run_sync(functools.partial(function, *args, **kwargs))
+        stop = threading.Event()
+        call = functools.partial(function, *args, **kwargs, stop=stop)
+        try:
+            # Abandoned on cancellation, and told to stop: exo's shutdown (or a Worker
+            # torn down at an election) must not wait out a busy runner's wait.
+            return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        finally:
+            stop.set()
 
     return run
 
 
 sweep_async = _in_worker_thread(sweep)
-"""`sweep()` in a worker thread, so exo's event loop keeps running meanwhile."""
+"""`sweep()` in a worker thread, so exo's event loop keeps running meanwhile. If the
+awaiting task is cancelled, the cancellation goes through at once, and the sweep, told
+to stop, waits no more: a runner it was waiting for it leaves to its watchdog, the
+lock it was waiting for it gives up. A kill under way (SIGTERM, the grace, SIGKILL)
+it finishes in the background."""
 
 
 def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
@@ -321,6 +308,7 @@ def _act(
         journal,
         waits,
         renew,
+        request.stop,
     )
     # Read again: watchdogs recorded how the runners waited for ended.
     latest = _latest_endings(registry, table.boot_id)
@@ -330,6 +318,7 @@ def _act(
         sweep_endings.write(path, results, latest, table.boot_id, began)
         endings.compact(path, table.boot_id)
         left = {result.target.pid for result in results if result.outcome == "unkillable"}
+        left |= {target.pid for target in _not_acted_on(verdicts, results)}
         for record_path in _settled_records(verdicts, left):
             registry.remove(record_path)
     return results

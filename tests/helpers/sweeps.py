@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper.sweeping import SweepReport
+from exo_orphan_guard.sweeper.sweep_report import SweepReport
 from exo_orphan_guard.system.identity import ProcessIdentity
 from tests.helpers.processes import gone_within
 
