@@ -121,7 +121,7 @@ async def test_unrecognised_failures_and_the_toggle_off_do_nothing(
 
 
 BUSY_WAIT = 20.0
-"""Far longer than the bound below: a sweep that waited it out would fail it."""
+"""Far longer than any bound below: a sweep that waited it out would fail them."""
 
 
 def busy_orphan(start_worker: StartWorker, registry: Path) -> ProcessIdentity:
@@ -173,3 +173,39 @@ async def test_a_cancelled_sweep_gives_way_at_once_and_leaves_a_busy_runner_to_i
     assert given_way < 0.5, f"the cancellation waited {given_way:.1f} s for the sweep"
     assert wait_until(lambda: lock_is_free(isolated_environment), 1.0), "the lock is still held"
     assert liveness(runner) == "alive" and system.is_stopped(runner.pid) is False
+
+
+@pytest.mark.machine_wide
+async def test_the_sweep_after_a_runner_failure_runs_in_a_cancelled_scope_and_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+    log_lines: list[str],
+    start_worker: StartWorker,
+    isolated_environment: Path,
+    tmp_path: Path,
+) -> None:
+    """exo diagnoses from a scope it has just cancelled (`_check_runner` from its runner
+    watch): the sweep still kills the orphan it can, and holds the failure path up for
+    no more than its bound, however long a busy runner would keep it waiting."""
+    monkeypatch.setenv(settings.TOGGLE_ENV, "1")
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
+    monkeypatch.setattr(worker, "DIAGNOSIS_SWEEP_SECONDS", 1.0)
+    python = make_fake_exo_environment(tmp_path / "exo-env")
+    stranded = scenarios.start_worker(["idle"], watch="none", python=python)
+    try:
+        scenarios.kill_worker(stranded)
+        (orphan,) = stranded.all_processes()
+        runner = busy_orphan(start_worker, isolated_environment)
+        message = "Runner error: [jaccl] Changing queue pair to RTR failed with errno 16"
+        diagnosis: worker.FailureDiagnosis | None = None
+        began = time.monotonic()
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            diagnosis = await worker.diagnose_runner_failure(message)
+        took = time.monotonic() - began
+        assert diagnosis is not None and diagnosis.sweep is None
+        assert 1.0 <= took < 2.0, took
+        assert scenarios.wait_gone([orphan], 2.0)[orphan] is not None
+        assert liveness(runner) == "alive"
+        assert any("not done in 1 s" in line for line in log_lines), log_lines
+    finally:
+        scenarios.cleanup(stranded)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
 
+import anyio
 from loguru import logger
 
 from ..sweeper.sweep_report import SweepReport
@@ -20,6 +21,10 @@ from ..system.settings import WORKER_ENV, guard_enabled
 from .explain import Explanation, explain
 
 _started_in_this_process = False
+DIAGNOSIS_SWEEP_SECONDS: Final = 5.0
+"""How long the sweep after a runner failure may hold up exo's failure path. What it
+has not done by then (a runner ending by itself it waits for, the lock) it leaves to
+the sweep before the retry's ConnectToGroup, which waits without holding anything up."""
 
 
 def prepare_worker() -> None:
@@ -83,6 +88,10 @@ async def diagnose_runner_failure(error_message: str) -> FailureDiagnosis | None
     If `explain` recognises the text, the diagnosis and the result of an immediate
     sweep are logged side by side, so the retry exo is about to make starts on a node
     without leftover runners. Returns None for text it does not recognise.
+
+    The sweep is shielded from cancellation, for exo calls this from a task whose
+    scope it has just cancelled (`RunnerSupervisor._check_runner` from its runner
+    watch), and bounded by `DIAGNOSIS_SWEEP_SECONDS` instead (then `sweep` is None).
     """
     if not _enabled():
         return None
@@ -95,7 +104,15 @@ async def diagnose_runner_failure(error_message: str) -> FailureDiagnosis | None
             f"orphan guard: runner failed: {explanation.title}. {explanation.cause} "
             f"Next: {steps}. Sources: {' '.join(explanation.sources)}"
         )
-    report = await worker_sweep(f"the retry after a runner failure ({explanations[0].key})")
+    reason = f"the retry after a runner failure ({explanations[0].key})"
+    report: SweepReport | None = None
+    with anyio.CancelScope(shield=True), anyio.move_on_after(DIAGNOSIS_SWEEP_SECONDS) as bound:
+        report = await worker_sweep(reason)
+    if bound.cancelled_caught:
+        logger.warning(
+            f"orphan guard: sweep before {reason}: not done in {DIAGNOSIS_SWEEP_SECONDS:g} s, "
+            "left to the sweep before the retry's ConnectToGroup"
+        )
     return FailureDiagnosis(error_message, explanations, report)
 
 
