@@ -27,6 +27,7 @@ from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import run_cli
+from tests.helpers.sweeps import busy_orphan
 from tests.helpers.waiting import wait_for_note
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
@@ -83,14 +84,10 @@ def test_a_sweep_waits_for_one_that_never_returns_only_until_its_watchdog_kills_
 
 
 def test_sweep_now_kills_a_busy_orphan_at_once_and_warns(
-    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
 ) -> None:
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")
-    worker = start_worker(["gil"])
-    runner = worker.runners[0].identity
-    time.sleep(scenarios.GIL_SETTLE_SECONDS)
-    scenarios.kill_worker(worker)
-    time.sleep(0.7)
+    runner = busy_orphan(start_worker, isolated_environment)
     began = time.monotonic()
     completed = run_cli("sweep", "--now", "--json", "--registry-only", env=dict(os.environ))
     assert time.monotonic() - began < 5.0
@@ -135,11 +132,7 @@ def test_a_stopped_sweep_leaves_a_busy_orphan_to_its_watchdog_and_keeps_its_reco
     start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
 ) -> None:
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")
-    worker = start_worker(["gil"])
-    runner = worker.runners[0].identity
-    time.sleep(scenarios.GIL_SETTLE_SECONDS)
-    scenarios.kill_worker(worker)
-    time.sleep(0.7)  # recorded busy
+    runner = busy_orphan(start_worker, isolated_environment)
     stop = threading.Event()
     waits: list[str] = []
 

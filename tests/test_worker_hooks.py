@@ -13,14 +13,14 @@ from loguru import logger
 
 from exo_orphan_guard import system
 from exo_orphan_guard.exo import worker
-from exo_orphan_guard.records import endings
-from exo_orphan_guard.records.registry import Registry, host_directory
+from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.sweep_report import SweepReport
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, current_identity, liveness
 from tests.conftest import StartWorker
 from tests.helpers.processes import make_fake_exo_environment
+from tests.helpers.sweeps import busy_orphan
 from tests.helpers.waiting import wait_until
 
 
@@ -122,23 +122,6 @@ async def test_unrecognised_failures_and_the_toggle_off_do_nothing(
 
 BUSY_WAIT = 20.0
 """Far longer than any bound below: a sweep that waited it out would fail them."""
-
-
-def busy_orphan(start_worker: StartWorker, registry: Path) -> ProcessIdentity:
-    """A guarded runner in native code holding the GIL, its worker SIGKILLed and its
-    watchdog's `busy` recorded: a sweep waits for it, up to BUSY_WAIT."""
-    started = start_worker(["gil"])
-    runner = started.runners[0].identity
-    time.sleep(scenarios.GIL_SETTLE_SECONDS)  # inside its native call
-    scenarios.kill_worker(started)
-    path = host_directory(registry) / endings.ENDINGS_NAME
-
-    def recorded_busy() -> bool:
-        latest = endings.latest(endings.read(path, system.boot_id())).get(runner)
-        return latest is not None and latest.event == "busy"
-
-    assert wait_until(recorded_busy, 10.0), "its watchdog never recorded it busy"
-    return runner
 
 
 def lock_is_free(registry: Path) -> bool:
