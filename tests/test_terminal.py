@@ -27,6 +27,7 @@ from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.processes import describe
 from tests.helpers.waiting import wait_until
 
 SHELL = Path(__file__).parent / "helpers" / "pty_shell.py"
@@ -149,7 +150,8 @@ def test_ctrl_c_on_the_foreground_worker_ends_everything(run_job: RunJob, watch:
     os.write(job.terminal.master, CTRL_C)
     job.terminal.wait_for("shell: job exited", 10.0)
     exits = scenarios.wait_gone(job.everyone, 5.0)
-    assert all(seen is not None for seen in exits.values()), (watch, exits, job.terminal.text())
+    left = [identity for identity, seen in exits.items() if seen is None]
+    assert not left, (watch, describe([identity.pid for identity in left]), job.terminal.text())
 
 
 @pytest.mark.parametrize("watch", ["guard", "none"])
