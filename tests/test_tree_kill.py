@@ -12,6 +12,7 @@ import pytest
 
 from exo_orphan_guard import system
 from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.scenario_worker import SLOW_FORK_SECONDS_ENV
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.tree_kill import kill_runner_tree
 from tests.conftest import StartWorker
@@ -86,3 +87,18 @@ def test_a_runner_stopped_while_its_worker_lives_takes_what_it_started(
     assert all(seen is not None for seen in exits.values()), exits
     assert worker.process.poll() is None
     assert scenarios.alive(list(sibling.tree)) == list(sibling.tree)
+
+
+def test_a_runner_stopped_before_its_watchdog_first_ran_takes_what_it_started(
+    start_worker: StartWorker,
+) -> None:
+    """The watchdog first runs half a second after its fork (as under coverage's fork
+    hook or a loaded machine), and exo stops the runner meanwhile: the watchdog must
+    still end the runner's child. It used to exit at once when its parent was not the
+    runner any more, and the child lived on."""
+    worker = start_worker(["child"], extra_env={SLOW_FORK_SECONDS_ENV: "0.5"})
+    (victim,) = worker.runners
+    os.kill(victim.identity.pid, signal.SIGTERM)
+    exits = scenarios.wait_gone(list(victim.tree), 3.0)
+    assert all(seen is not None for seen in exits.values()), exits
+    assert worker.process.poll() is None

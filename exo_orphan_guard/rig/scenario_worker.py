@@ -115,6 +115,10 @@ SHUTDOWN_SECONDS = 1.5
 longer than the second after which a WorkerGone is raised again outside
 `ending_cleanly()`."""
 SHUTDOWN_SECONDS_ENV = "EOG_SCENARIO_SHUTDOWN_SECONDS"
+SLOW_FORK_SECONDS_ENV = "EOG_SCENARIO_SLOW_FORK_SECONDS"
+"""Seconds a process this runner forks (its watchdog) sleeps before its first line of
+its own, as coverage's fork hook or a loaded machine can keep it: the runner may be
+gone by then."""
 
 
 def runner_main(
@@ -139,6 +143,8 @@ def runner_main(
     note = RunnerNotes(notes)
     if kind == "faulty":
         native_calls.break_the_watchdog()
+    if slow_fork := os.environ.get(SLOW_FORK_SECONDS_ENV):
+        os.register_at_fork(after_in_child=lambda: time.sleep(float(slow_fork)))
     _start_watch(watch)
     try:
         children: list[int] = []

@@ -125,8 +125,9 @@ def _watchdog_main(
         # an fd number that our own pidfd has since taken.
         gc.disable()
         begun, notice = _detach_inherited_files(plan.begun, plan.notice)
-        if os.getppid() != runner.pid:
-            os._exit(0)
+        # The runner may be gone already (this process can first run long after the
+        # fork). Then the thread below finds it gone at once and, as a member of its
+        # group (so the group id cannot have been reused), kills what it left there.
         threading.Thread(
             target=_exit_with_runner,
             args=(worker, runner, group, chain, record_path),
