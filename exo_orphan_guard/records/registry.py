@@ -252,12 +252,13 @@ class Registry:
             ) from error
         try:
             deadline = time.monotonic() + timeout
+            stopping = stop or threading.Event()  # never set: a plain pause
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline or _stopped(stop, _LOCK_POLL_SECONDS):
+                    if time.monotonic() >= deadline or stopping.wait(_LOCK_POLL_SECONDS):
                         yield False
                         return
                 except OSError as error:  # ENOLCK: a filesystem without locks (NFS, say)
@@ -272,14 +273,6 @@ class Registry:
     def _read_trusted(self, path: Path, uid: int) -> RunnerRecord:
         with trust.open_trusted(path, uid, record_file_problem) as file:
             return parse_record(file.read(MAX_RECORD_BYTES + 1))
-
-
-def _stopped(stop: threading.Event | None, seconds: float) -> bool:
-    """Wait `seconds`, or less if `stop` is set meanwhile; whether it is."""
-    if stop is None:
-        time.sleep(seconds)
-        return False
-    return stop.wait(seconds)
 
 
 def _object(fields: Mapping[str, object], key: str) -> dict[str, object]:

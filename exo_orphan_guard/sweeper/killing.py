@@ -213,6 +213,7 @@ def _wait_for_clean_endings(
 ) -> set[ProcessIdentity]:
     """Wait until each target is gone or out of time; those still waited for when
     `stop` is set are returned."""
+    stop = stop or threading.Event()  # never set: a plain pause
     pending = dict(patience)
     while pending:
         now = time.monotonic()
@@ -222,11 +223,7 @@ def _wait_for_clean_endings(
                 del pending[target]
             elif later is not None:
                 pending[target] = later
-        if not pending:
-            break
-        if stop is None:
-            time.sleep(_WAIT_STEP_SECONDS)
-        elif stop.wait(_WAIT_STEP_SECONDS):
+        if pending and stop.wait(_WAIT_STEP_SECONDS):
             return set(pending)
     return set()
 
