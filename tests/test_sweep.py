@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -120,6 +121,24 @@ def test_an_orphan_that_ignores_sigterm_is_killed_after_the_grace(exo_python: st
         (result,) = [result for result in report.results if result.target == members[0]]
         assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
         assert report.elapsed_seconds >= 0.5 and gone(members)
+    finally:
+        scenarios.cleanup(worker)
+
+
+@pytest.mark.machine_wide
+def test_a_sweep_stopped_during_the_grace_still_finishes_the_kill(exo_python: str) -> None:
+    """Stopping ends a sweep's waits for what ends by itself, never a kill it has begun:
+    half-sent, it would leave an orphan that ignored SIGTERM running."""
+    worker = scenarios.start_worker(["deaf"], watch="none", python=exo_python)
+    try:
+        members = orphaned_runners(worker)
+        stop = threading.Event()
+        threading.Timer(0.2, stop.set).start()
+        report = sweep(grace=1.0, stop=stop)
+        assert stop.is_set()
+        (result,) = [result for result in report.results if result.target == members[0]]
+        assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
+        assert report.elapsed_seconds >= 1.0 and gone(members)
     finally:
         scenarios.cleanup(worker)
 
