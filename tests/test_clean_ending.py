@@ -168,6 +168,22 @@ def test_with_busy_wait_zero_a_runner_in_native_code_is_killed_half_a_second_aft
 
 
 @pytest.mark.usefixtures("graced")
+def test_a_tiny_busy_wait_still_lets_an_idle_runner_end_clean(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "0.0001")  # raised to the wedge bound
+    ended = end_worker(start_worker, ["idle"], notes, isolated_environment)
+    after = ended.after["idle"]
+    assert after is not None and after < CLEAN_BOUND, after
+    assert ended.notes["idle"][0] == "raised" and ended.notes["idle"][-1] == "finally"
+    ending = ended.ending("idle")
+    assert ending.how == "clean", ending
+
+
+@pytest.mark.usefixtures("graced")
 def test_a_clean_ending_that_hangs_is_killed_at_the_grace(
     start_worker: StartWorker, notes: Path, isolated_environment: Path
 ) -> None:

@@ -69,3 +69,11 @@ def test_bad_busy_wait_uses_the_default_with_a_warning_naming_the_value(raw: str
 def test_busy_wait_zero_is_the_old_wedge_bound() -> None:
     assert settings.busy_bound(0.0) == settings.WEDGE_SECONDS
     assert settings.busy_bound(3.0) == 3.0
+
+
+@pytest.mark.parametrize("raw", ["1e-9", "0.0001", "0.49"])
+def test_a_busy_wait_below_the_wedge_bound_is_raised_to_it_with_a_warning(raw: str) -> None:
+    parsed = settings.parse_busy_wait(raw)
+    assert parsed.value == settings.WEDGE_SECONDS
+    assert parsed.warning is not None and repr(raw) in parsed.warning
+    assert settings.parse_busy_wait("0.5") == settings.Parsed(0.5)  # the bound itself: as is

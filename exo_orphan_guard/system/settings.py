@@ -121,6 +121,14 @@ def parse_busy_wait(raw: str | None) -> Parsed[float]:
             f"{BUSY_WAIT_ENV}={raw!r} is not a number of seconds in "
             f"0..{MAX_BUSY_WAIT_SECONDS:g}: using {DEFAULT_BUSY_WAIT_SECONDS:g}",
         )
+    if 0.0 < seconds < WEDGE_SECONDS:
+        # Shorter than a runner needs to come back to Python and begin its clean
+        # ending: idle runners would be killed hard as "busy in native code".
+        return Parsed(
+            WEDGE_SECONDS,
+            f"{BUSY_WAIT_ENV}={raw!r} is below the {WEDGE_SECONDS:g} s wedge bound, "
+            f"too short for a runner to begin its clean ending: using {WEDGE_SECONDS:g}",
+        )
     return Parsed(seconds)
 
 
