@@ -83,6 +83,9 @@ class _State:
         nothing of it)."""
         self.entered = 0.0
         """`time.monotonic()` when the main thread last entered the handler."""
+        self.messages: list[str] = []
+        """What the handler hands the logging thread to log."""
+        self.log_wake = -1
 
 
 _state: _State | None = None
@@ -98,6 +101,14 @@ def install(
     os.set_blocking(begun, False)
     state = _State(me, worker, begun, grace)
     _state = state
+    wake, state.log_wake = os.pipe()
+    os.set_blocking(state.log_wake, False)
+    threading.Thread(
+        target=_log_what_the_handler_hands,
+        args=(state, wake),
+        name="exo-orphan-guard-log",
+        daemon=True,
+    ).start()
     signal.signal(NOTICE_SIGNAL, _on_notice)
     threading.Thread(
         target=_beat_after_the_notice,
@@ -172,27 +183,60 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if sheltered else b""))
     _until_every_thread_is_gone(state.worker)
     _prepare_to_end(state.worker)
-    logger.warning(
+    # No loguru call here: the interrupted code may hold a sink's lock. The message
+    # goes to a thread that logs it (a list append and a pipe write take no lock).
+    exiting = _exit_under_way()
+    _log_later(
+        state,
         f"orphan guard: runner {state.me.pid}: its worker {state.worker.pid} died: "
-        + ("finishing its shutdown" if sheltered else "ending the clean way")
-        + f", killed if it has not exited within {state.grace:g} s"
+        + (
+            "finishing its shutdown"
+            if sheltered
+            else "letting its exit finish"
+            if exiting
+            else "ending the clean way"
+        )
+        + f", killed if it has not exited within {state.grace:g} s",
     )
     state.last_raised = time.monotonic()
     state.prepared = True
-    if not sheltered:
+    if not sheltered and not exiting:
         raise WorkerGone(f"worker {state.worker.pid} is gone")
+
+
+def _exit_under_way() -> bool:
+    """The main thread is done (the interpreter's exit, atexit, joins of non-daemon
+    threads, is under way): a WorkerGone would cut that clean-up short."""
+    return sys.is_finalizing() or not threading.main_thread().is_alive()
+
+
+def _log_later(state: _State, message: str) -> None:
+    state.messages.append(message)
+    _tell(state.log_wake, b"m")
+
+
+def _tell(fd: int, news: bytes) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, news)
+
+
+def _log_what_the_handler_hands(state: _State, wake: int) -> None:
+    """Log, from a thread of its own, what the notice handler may not log itself."""
+    while True:
+        try:
+            if not os.read(wake, 1):
+                return
+        except OSError:
+            return
+        while state.messages:
+            logger.warning(state.messages.pop(0))
 
 
 def _raise_again(state: _State) -> None:
     """A repeated notice: the first WorkerGone may have been swallowed (a bare
     `except:`). Never inside `ending_cleanly()`, never once the main thread is done
     (the interpreter's own exit is under way), never twice within `AGAIN_SECONDS`."""
-    if (
-        not state.prepared
-        or state.sheltered > 0
-        or sys.is_finalizing()
-        or not threading.main_thread().is_alive()
-    ):
+    if not state.prepared or state.sheltered > 0 or _exit_under_way():
         return
     now = time.monotonic()
     if now - state.last_raised < AGAIN_SECONDS:
