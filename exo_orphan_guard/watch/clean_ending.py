@@ -109,6 +109,7 @@ def install(
         name="exo-orphan-guard-log",
         daemon=True,
     ).start()
+    atexit.register(_log_pending, state)
     signal.signal(NOTICE_SIGNAL, _on_notice)
     threading.Thread(
         target=_beat_after_the_notice,
@@ -228,8 +229,17 @@ def _log_what_the_handler_hands(state: _State, wake: int) -> None:
                 return
         except OSError:
             return
-        while state.messages:
-            logger.warning(state.messages.pop(0))
+        _log_pending(state)
+
+
+def _log_pending(state: _State) -> None:
+    """Also run at exit: a runner that exits right after the notice still says why."""
+    while True:
+        try:
+            message = state.messages.pop(0)
+        except IndexError:
+            return
+        logger.warning(message)
 
 
 def _raise_again(state: _State) -> None:
