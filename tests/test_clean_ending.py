@@ -148,6 +148,42 @@ def test_what_a_clean_runner_started_goes_with_it(
     assert scenarios.wait_gone([child], CLEAN_BOUND + 0.5)[child] is not None
 
 
+_PORTABLE = os.environ.get("EXO_ORPHAN_GUARD_BACKEND", "").lower() == "portable"
+_NOT_YET = "issue 27 item 2: the runner exits before its watchdog notices the worker's death"
+
+
+@pytest.mark.parametrize(
+    "grace",
+    [
+        pytest.param(
+            str(GRACE),
+            marks=pytest.mark.xfail(_PORTABLE, reason=f"{_NOT_YET} (100 ms poll)", strict=False),
+        ),
+        pytest.param(
+            "0",
+            marks=pytest.mark.xfail(reason=f"{_NOT_YET} (PR_SET_PDEATHSIG)", strict=False),
+        ),
+    ],
+)
+def test_what_a_runner_started_outside_its_group_goes_with_it(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    grace: str,
+) -> None:
+    """Children in a session or a group of their own leave the runner's group: the
+    group kill misses them, and once the runner has exited they are init's, out of
+    any walk of its tree."""
+    monkeypatch.setenv(settings.GRACE_ENV, grace)
+    worker = start_worker(["strays"], notes=notes)
+    children = list(worker.runners[0].children)
+    assert len(children) == 2
+    scenarios.kill_worker(worker)
+    gone = scenarios.wait_gone([worker.runners[0].identity, *children], CLEAN_BOUND + 0.5)
+    assert all(seen is not None for seen in gone.values()), gone
+
+
 @pytest.mark.usefixtures("graced")
 def test_with_busy_wait_zero_a_runner_in_native_code_is_killed_half_a_second_after_the_notice(
     start_worker: StartWorker,

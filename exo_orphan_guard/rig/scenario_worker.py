@@ -36,6 +36,7 @@ RunnerKind = Literal[
     "idle",
     "gil",
     "child",
+    "strays",
     "late",
     "deaf",
     "talk",
@@ -54,7 +55,9 @@ RunnerKind = Literal[
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
-C++ code): wedged. child: has a child of its own. late: guarded only after its
+C++ code): wedged. child: has a child of its own. strays: has two children
+outside its group (one in a session of its own, one leading a group of its own).
+late: guarded only after its
 worker died. deaf: ignores SIGTERM and holds the GIL, as a runner stuck in MLX init
 would. talk: writes a line to its inherited stdout every 50 ms, as v1.0.71's runners
 log to the worker's terminal. catch: catches WorkerGone, releases, returns. hang:
@@ -150,6 +153,10 @@ def runner_main(
         children: list[int] = []
         if kind == "child":
             children.append(subprocess.Popen(["/bin/sleep", "3600"]).pid)
+        if kind == "strays":
+            sleep = ["/bin/sleep", "3600"]
+            children.append(subprocess.Popen(sleep, start_new_session=True).pid)
+            children.append(subprocess.Popen(sleep, process_group=0).pid)
         if kind != "late":
             # Connection.send writes synchronously: it is out before the GIL is taken.
             _report(report, RunnerReport(pid=os.getpid(), children=children))

@@ -25,7 +25,9 @@ from ..system.identity import ProcessIdentity, identity_of, liveness
 from .waiters import can_use_pidfd
 
 
-def kill_runner_tree(runner: ProcessIdentity, group: int | None) -> None:
+def kill_runner_tree(
+    runner: ProcessIdentity, group: int | None, known: Iterable[ProcessIdentity] = ()
+) -> None:
     """`group` is the runner's own process group, or None if it could not lead one.
 
     The group takes the runner and everything that stayed in it with one signal, even
@@ -34,9 +36,13 @@ def kill_runner_tree(runner: ProcessIdentity, group: int | None) -> None:
     parent link still holds: a process whose parent dies is reparented and drops out
     of any later walk. A caller outside the group kills the group first and the strays
     after; a caller inside it must kill the strays first, as the group kill ends it.
+    `known`: descendants proven by earlier walks, while the runner lived (a runner that
+    has exited leaves nothing to walk); each is killed only if it is still the process
+    identified then.
     """
     me = os.getpid()
-    strays = [stray for stray in verified_descendants(runner) if stray.pid != me]
+    found = {*known, *verified_descendants(runner)}
+    strays = [stray for stray in found if stray.pid != me]
     inside = group is not None and _group_of_caller() == group
     if group is not None and not inside:
         _kill_group(group)
@@ -69,6 +75,24 @@ def verified_descendants(root: ProcessIdentity) -> list[ProcessIdentity]:
             parents.add(pid)
             proven.append(identity)
     return proven
+
+
+class KnownTree:
+    """A runner's descendants as it grows, proven by walks taken while it lives: once
+    it has exited, those that left its group are init's, and no walk finds them."""
+
+    def __init__(self, root: ProcessIdentity, every: float) -> None:
+        self.root = root
+        self.every = every
+        self.known: set[ProcessIdentity] = set()
+        self._walked: float | None = None
+
+    def walk(self, now: float) -> None:
+        """Walk again if the last walk is `every` old (or none was taken)."""
+        if self._walked is not None and now - self._walked < self.every:
+            return
+        self._walked = now
+        self.known.update(verified_descendants(self.root))
 
 
 def verified_members(group: int) -> list[ProcessIdentity]:

@@ -54,7 +54,7 @@ from .clean_ending import (
     SHELTER_LEFT,
     SHUTTING_DOWN,
 )
-from .tree_kill import kill_runner_tree, signal_verified
+from .tree_kill import KnownTree, kill_runner_tree, signal_verified
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
 _BEGUN_FD: Final = 3
@@ -62,6 +62,8 @@ _BEGUN_FD: Final = 3
 _NOTICE_FD: Final = 4
 """Where it keeps the write end of the pipe that wakes the runner's heartbeat."""
 _CHECK_SECONDS: Final = 0.05
+_WALK_SECONDS: Final = 0.1
+"""How often the runner's tree is walked while it ends (what it starts meanwhile)."""
 _SILENCE_SECONDS: Final = 3.5 * HEARTBEAT_SECONDS
 """No heartbeat for this long: the runner's main thread holds the GIL."""
 
@@ -136,6 +138,10 @@ def _watchdog_main(
         ).start()
         wait_for_exit(worker, chain)
         noticed = time.monotonic()
+        # Walked now, before the runner hears of it, and as it ends: what it started
+        # outside its group must be known before it exits (see KnownTree).
+        tree = KnownTree(runner, _WALK_SECONDS)
+        tree.walk(noticed)
         if begun is None:
             # Even if PR_SET_PDEATHSIG took the runner first: its group still holds
             # whatever the runner started, and this process keeps the group id from reuse.
@@ -147,10 +153,10 @@ def _watchdog_main(
             if notice is not None:
                 with contextlib.suppress(OSError):
                     os.write(notice, b"n")
-            outcome, gil = _await_the_ending(runner, begun, noticed, plan)
+            outcome, gil = _await_the_ending(runner, begun, noticed, plan, tree)
             after = time.monotonic() - noticed
             _record(plan, runner, *_described(outcome, after, gil, plan.grace))
-        kill_runner_tree(runner, group)
+        kill_runner_tree(runner, group, tree.known)
     except BaseException as error:
         exit_code = 1
         _end_after_a_failure(worker, runner, group, plan, error)
@@ -212,10 +218,11 @@ class _Watched:
 
 
 def _await_the_ending(
-    runner: ProcessIdentity, begun: int, noticed: float, plan: EndingPlan
+    runner: ProcessIdentity, begun: int, noticed: float, plan: EndingPlan, tree: KnownTree
 ) -> tuple[Outcome, Gil]:
     """Wait for the runner to begin (a byte) within the busy wait and to exit (EOF, or
-    gone) within the grace from then; repeat the notice while it has not exited."""
+    gone) within the grace from then; repeat the notice while it has not exited, and
+    walk its tree every `_WALK_SECONDS`."""
     watched = _Watched(noticed)
     bound = busy_bound(plan.busy_wait)
     while True:
@@ -229,6 +236,7 @@ def _await_the_ending(
         if data == b"" or liveness(runner) == "gone":
             return ("shut down" if watched.shutting_down else "clean"), watched.gil(now)
         now = time.monotonic()
+        tree.walk(now)
         if data:
             watched.learn(data, now)
             if begun_at is None and watched.begun_at is not None:
