@@ -148,23 +148,7 @@ def test_what_a_clean_runner_started_goes_with_it(
     assert scenarios.wait_gone([child], CLEAN_BOUND + 0.5)[child] is not None
 
 
-_PORTABLE = os.environ.get("EXO_ORPHAN_GUARD_BACKEND", "").lower() == "portable"
-_NOT_YET = "issue 27 item 2: the runner exits before its watchdog notices the worker's death"
-
-
-@pytest.mark.parametrize(
-    "grace",
-    [
-        pytest.param(
-            str(GRACE),
-            marks=pytest.mark.xfail(_PORTABLE, reason=f"{_NOT_YET} (100 ms poll)", strict=False),
-        ),
-        pytest.param(
-            "0",
-            marks=pytest.mark.xfail(reason=f"{_NOT_YET} (PR_SET_PDEATHSIG)", strict=False),
-        ),
-    ],
-)
+@pytest.mark.parametrize("grace", [str(GRACE), "0"])
 def test_what_a_runner_started_outside_its_group_goes_with_it(
     start_worker: StartWorker,
     notes: Path,

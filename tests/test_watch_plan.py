@@ -34,8 +34,10 @@ def at_once(
     )
 
 
-def test_auto_on_linux_arms_thread_signal_and_watchdog() -> None:
-    assert plan_watch("auto", LINUX, KILL) == at_once(("pidfd", "sentinel", "poll"), True, True)
+def test_auto_on_linux_arms_thread_and_watchdog_and_no_killing_parent_death_signal() -> None:
+    """With grace 0 PR_SET_PDEATHSIG would be SIGKILL, and kill the runner before the
+    watchdog walked its tree (what it started outside its group would be left)."""
+    assert plan_watch("auto", LINUX, KILL) == at_once(("pidfd", "sentinel", "poll"), False, True)
 
 
 def test_auto_on_macos_arms_kqueue_thread_and_watchdog() -> None:
@@ -88,7 +90,7 @@ def test_describe_names_what_is_armed() -> None:
         "pidfd thread + PR_SET_PDEATHSIG + watchdog process; clean ending"
     )
     assert plan_watch("auto", LINUX, KILL).describe() == (
-        "pidfd thread + PR_SET_PDEATHSIG + watchdog process; killed at once"
+        "pidfd thread + watchdog process; killed at once"
     )
 
 
@@ -102,9 +104,16 @@ def test_with_a_grace_and_a_watchdog_the_ending_is_clean(
 ) -> None:
     with_grace = plan_watch(strategy, capabilities, GRACE)
     assert with_grace.ending == "clean" and not with_grace.why_kill
-    # The same mechanisms as without one: only the ending differs.
+    # The same mechanisms as without one, but the killing PR_SET_PDEATHSIG (a
+    # watchdog walks the tree and kills instead): only the ending differs.
     without = plan_watch(strategy, capabilities, KILL)
-    assert dataclasses.replace(with_grace, ending="kill", why_kill=without.why_kill) == without
+    assert without.watchdog and not without.parent_death_signal
+    assert (
+        dataclasses.replace(
+            with_grace, ending="kill", why_kill=without.why_kill, parent_death_signal=False
+        )
+        == without
+    )
 
 
 def test_grace_zero_kills_at_once_and_says_why() -> None:

@@ -43,6 +43,7 @@ from loguru import logger
 
 from .. import system
 from ..system.identity import ProcessIdentity
+from .tree_kill import kill_strays
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
 
@@ -183,7 +184,7 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     sheltered = state.sheltered > 0
     _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if sheltered else b""))
     _until_every_thread_is_gone(state.worker)
-    _prepare_to_end(state.worker)
+    _prepare_to_end(state.me, state.worker)
     # No loguru call here: the interrupted code may hold a sink's lock. The message
     # goes to a thread that logs it (a list append and a pipe write take no lock).
     exiting = _exit_under_way()
@@ -274,7 +275,7 @@ def _tell_watchdog(state: _State, news: bytes) -> None:
         os.write(state.begun, news)
 
 
-def _prepare_to_end(worker: ProcessIdentity) -> None:
+def _prepare_to_end(me: ProcessIdentity, worker: ProcessIdentity) -> None:
     """Nothing the dead worker held may stop the ending half-way."""
     _silence_widowed_output()
     _stop_widowed_log_queues(worker)
@@ -287,6 +288,18 @@ def _prepare_to_end(worker: ProcessIdentity) -> None:
     # From now on a sweep's SIGTERM asks for what is already under way.
     signal.signal(signal.SIGTERM, _already_ending)
     atexit.register(release_memory)
+    atexit.register(_take_strays_along, me)
+
+
+def _take_strays_along(me: ProcessIdentity) -> None:
+    """At exit, what the runner started outside its group goes with it. Its watchdog
+    may not have walked its tree yet (a runner that ends the clean way is often gone
+    before its watchdog has noticed the worker's death), and once the runner has
+    exited no walk finds them."""
+    if os.getpgrp() != me.pid:
+        return  # no group of its own: the watchdog kills every descendant it found
+    with contextlib.suppress(Exception):
+        kill_strays(me, me.pid)
 
 
 def _already_ending(signal_number: int, frame: FrameType | None) -> None:

@@ -131,8 +131,8 @@ def arm_watch(
 
     registry = _open_registry()
     runner = WatchedRunner(me, worker, group, labels, grace, busy_wait)
-    if plan.watchdog:
-        plan = _fork_watchdog(runner, plan, capabilities, registry)
+    if plan.watchdog and not _fork_watchdog(runner, plan, capabilities, registry):
+        plan = plan_watch(strategy, dataclasses.replace(capabilities, can_fork=False), grace)
     if plan.parent_death_signal:
         clean = plan.ending == "clean"
         system.set_parent_death_signal(clean_ending.NOTICE_SIGNAL if clean else signal.SIGKILL)
@@ -164,10 +164,9 @@ def _fork_watchdog(
     plan: WatchPlan,
     capabilities: WatchCapabilities,
     registry: Registry | None,
-) -> WatchPlan:
+) -> bool:
     """Start the watchdog (and, for a clean ending, the pipes it learns of it by and
-    wakes the runner's heartbeat by); the plan as it stands after, without the
-    watchdog or the clean ending if fork fails."""
+    wakes the runner's heartbeat by); False if fork fails."""
     clean = plan.ending == "clean"
     begun_read, begun_write = os.pipe() if clean else (None, None)
     notice_read, notice_write = os.pipe() if clean else (None, None)
@@ -193,20 +192,14 @@ def _fork_watchdog(
         for fd in (begun_write, notice_read):
             if fd is not None:
                 os.close(fd)
-        return dataclasses.replace(
-            plan,
-            watchdog=False,
-            thread_chain=plan.thread_chain or capabilities.waiters,
-            ending="kill",
-            why_kill="no watchdog process to bound a clean ending",
-        )
+        return False
     finally:
         for fd in (begun_read, notice_write):
             if fd is not None:
                 os.close(fd)
     if begun_write is not None and notice_read is not None:
         clean_ending.install(runner.me, runner.worker, begun_write, runner.grace, notice_read)
-    return plan
+    return True
 
 
 def _recorded_worker() -> ProcessIdentity | None:

@@ -77,6 +77,18 @@ def verified_descendants(root: ProcessIdentity) -> list[ProcessIdentity]:
     return proven
 
 
+def kill_strays(runner: ProcessIdentity, group: int) -> None:
+    """SIGKILL what `runner` started outside its group `group`: called by the runner
+    itself as it exits, the last moment a walk of its tree still finds them (once it
+    has exited they are init's, and the group kill misses them). Its group (the
+    watchdog among it) is left to the watchdog."""
+    kill_verified(
+        found
+        for found in verified_descendants(runner)
+        if system.process_group(found.pid) not in (group, None)
+    )
+
+
 class KnownTree:
     """A runner's descendants as it grows, proven by walks taken while it lives: once
     it has exited, those that left its group are init's, and no walk finds them."""

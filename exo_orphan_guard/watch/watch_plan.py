@@ -85,6 +85,11 @@ def plan_watch(
         why = "guard_runner() was not called from the main thread"
     else:
         return dataclasses.replace(mechanisms, ending="clean")
+    if mechanisms.watchdog:
+        # PR_SET_PDEATHSIG would be SIGKILL here and take the runner before anything
+        # walked its tree: what it started outside its group would be init's, out of
+        # reach. The watchdog walks first, then kills, within milliseconds.
+        mechanisms = dataclasses.replace(mechanisms, parent_death_signal=False)
     return dataclasses.replace(mechanisms, why_kill=why)
 
 
