@@ -1,7 +1,8 @@
 """What an idle, guarded runner pays for its watch over a minute.
 
-CPU time and context switches (wake-ups) of the runner and its watchdog, summed over
-every thread, and their memory, per strategy, all runners idle side by side.
+CPU time and context switches (wake-ups) of the runner and its helpers (the watchdog
+and its understudy), summed over every thread, and their memory, per strategy, all
+runners idle side by side.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 
 import psutil
 
+from exo_orphan_guard import system
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import Watch
 from exo_orphan_guard.system import settings
-from exo_orphan_guard.system.identity import ProcessIdentity
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.tools import selftest
 
 
@@ -32,8 +34,10 @@ class IdleCost:
     cpu_ms: float
     wakeups: int
     runner_rss_mib: float
+    helpers: int
     watchdog_rss_mib: float | None
-    watchdog_uss_mib: float | None
+    helpers_uss_mib: float | None
+    """The watchdog's and its understudy's own memory, together."""
 
 
 def run(seconds: float, registry: Path) -> list[IdleCost]:
@@ -47,28 +51,38 @@ def run(seconds: float, registry: Path) -> list[IdleCost]:
         for _, watch, strategy in cells
     ]
     try:
-        time.sleep(1.0)
-        before = [_usage(worker.runners[0].tree) for worker in workers]
+        time.sleep(1.0)  # the understudies stand by
+        trees = [_tree(worker.runners[0].identity) for worker in workers]
+        before = [_usage(tree) for tree in trees]
         time.sleep(seconds)
-        after = [_usage(worker.runners[0].tree) for worker in workers]
+        after = [_usage(tree) for tree in trees]
         costs: list[IdleCost] = []
-        for (name, _, _), worker, start, end in zip(cells, workers, before, after, strict=True):
+        for (name, _, _), worker, tree, start, end in zip(
+            cells, workers, trees, before, after, strict=True
+        ):
             runner = worker.runners[0]
-            watchdog = runner.helpers[0] if runner.helpers else None
+            helpers = tree[1:]
             costs.append(
                 IdleCost(
                     name=name,
                     cpu_ms=(end.cpu_s - start.cpu_s) * 1000,
                     wakeups=end.wakeups - start.wakeups,
                     runner_rss_mib=_rss(runner.identity),
-                    watchdog_rss_mib=None if watchdog is None else _rss(watchdog),
-                    watchdog_uss_mib=None if watchdog is None else _uss(watchdog),
+                    helpers=len(helpers),
+                    watchdog_rss_mib=_rss(runner.watchdog) if helpers else None,
+                    helpers_uss_mib=sum(map(_uss, helpers)) if helpers else None,
                 )
             )
         return costs
     finally:
         for worker in workers:
             scenarios.cleanup(worker)
+
+
+def _tree(runner: ProcessIdentity) -> tuple[ProcessIdentity, ...]:
+    """The runner and what the guard started for it (an idle runner starts nothing)."""
+    found = (identity_of(pid) for pid in system.descendants(runner.pid))
+    return (runner, *(identity for identity in found if identity is not None))
 
 
 def _usage(processes: tuple[ProcessIdentity, ...]) -> Usage:
@@ -96,14 +110,14 @@ def _uss(identity: ProcessIdentity) -> float:
 def render(costs: list[IdleCost], seconds: float) -> str:
     lines = [
         f"| strategy | CPU ms in {seconds:.0f} s | wake-ups in {seconds:.0f} s | runner RSS MiB "
-        "| watchdog RSS MiB | watchdog USS MiB |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| helpers | watchdog RSS MiB | helpers' USS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for cost in costs:
         rss = "-" if cost.watchdog_rss_mib is None else f"{cost.watchdog_rss_mib:.1f}"
-        uss = "-" if cost.watchdog_uss_mib is None else f"{cost.watchdog_uss_mib:.1f}"
+        uss = "-" if cost.helpers_uss_mib is None else f"{cost.helpers_uss_mib:.1f}"
         lines.append(
             f"| {cost.name} | {cost.cpu_ms:.1f} | {cost.wakeups} | {cost.runner_rss_mib:.1f} "
-            f"| {rss} | {uss} |"
+            f"| {cost.helpers} | {rss} | {uss} |"
         )
     return "\n".join(lines)

@@ -139,9 +139,11 @@ def idle_section(arguments: argparse.Namespace, scratch: Path) -> str:
             ),
             f"One idle runner per strategy, all alive side by side for {seconds:g} s. CPU time "
             "and wake-ups (voluntary + involuntary context switches) are summed over every "
-            "thread of the runner and of its watchdog. The runner's RSS includes this package "
-            "and psutil; `no guard` is the baseline. The watchdog is forked, so most of its "
-            "RSS is shared with the runner; USS is what it alone holds.\n",
+            "thread of the runner and of its helpers: its watchdog and the watchdog's "
+            "understudy (which takes over if the watchdog dies). The runner's RSS includes "
+            "this package and psutil; `no guard` is the baseline. The helpers are forked, so "
+            "most of their RSS is shared with the runner; USS is what they alone hold (both "
+            "together).\n",
             idle_cost.render(costs, seconds),
             "",
         ]

@@ -96,7 +96,7 @@ def test_guarded_runners_watch_with_the_backend_of_their_environment(
     """The variable passes from the worker to its runners and their watchdogs."""
     worker = start_worker(["idle"])
     runner = worker.runners[0]
-    (watchdog,) = runner.helpers
+    watchdog = runner.watchdog
     watching = _pidfds(runner.identity.pid) + _pidfds(watchdog.pid)
     assert (watching > 0) == (system.BACKEND == "linux"), (system.BACKEND, watching)
 

@@ -214,7 +214,7 @@ def test_the_runner_leads_its_own_process_group(start_worker: StartWorker) -> No
 
 def test_the_watchdog_holds_none_of_the_runners_pipes(start_worker: StartWorker) -> None:
     worker = start_worker(["idle"], strategy="watchdog")
-    (watchdog,) = worker.runners[0].helpers
+    watchdog = worker.runners[0].watchdog
 
     def held() -> tuple[set[str], list[object], set[str]]:
         # psutil (the portable backend's poll) reads /proc files for a moment on Linux.

@@ -7,7 +7,7 @@ holds the deadline of its grace) and `ended` (`clean`: it exited by itself;
 `killed`: it was killed, with the reason); before `begun`, a runner whose main thread
 is still in native code gets a `busy` line (GIL held or free, the busy wait, and the
 latest it may end: the busy wait and then the grace). A sweep also records how each orphan it
-ended went.
+ended went. A `watchdog` line says a runner's watchdog died and its understudy took over.
 
 Lines are appended with one `write` each (atomic for lines this short), by processes
 that take no lock: watchdogs and sweeps. Only a sweep, holding the registry's lock,
@@ -39,7 +39,7 @@ KEEP_LINES: Final = 500
 _MAX_LINE_BYTES: Final = 3072
 T = TypeVar("T")
 
-Event = Literal["busy", "begun", "ended"]
+Event = Literal["busy", "begun", "ended", "watchdog"]
 Gil = Literal["held", "free"]
 How = Literal["clean", "killed"]
 By = Literal["watchdog", "watch", "sweep", "exec"]
@@ -164,7 +164,7 @@ def parse_line(line: bytes) -> Ending | None:
     labels = fields.get("labels")
     if (
         fields.get("schema") != SCHEMA
-        or event not in ("busy", "begun", "ended")
+        or event not in ("busy", "begun", "ended", "watchdog")
         or how not in ("clean", "killed", None)
         or by not in ("watchdog", "watch", "sweep", "exec")
         or not _is_int(pid)
@@ -191,9 +191,12 @@ def parse_line(line: bytes) -> Ending | None:
 
 
 def latest(endings: Iterable[Ending]) -> dict[ProcessIdentity, Ending]:
-    """The newest word on each runner: `ended` over `begun`, `killed` over `clean`."""
+    """The newest word on each runner: `ended` over `begun`, `killed` over `clean`.
+    A `watchdog` line says nothing of how far the ending is, and is left out."""
     found: dict[ProcessIdentity, Ending] = {}
     for ending in endings:
+        if ending.event == "watchdog":
+            continue
         known = found.get(ending.identity)
         if known is None or _weight(ending) >= _weight(known):
             found[ending.identity] = ending
@@ -255,7 +258,7 @@ def compact(path: Path, boot_id: str) -> None:
 
 
 def _weight(ending: Ending) -> int:
-    return {"busy": 0, "begun": 0, "ended": 1}[ending.event] + (ending.how == "killed")
+    return (ending.event == "ended") + (ending.how == "killed")
 
 
 def _is_int(value: object) -> bool:

@@ -42,7 +42,16 @@ class StartedRunner:
     children: tuple[ProcessIdentity, ...]
     """What the runner itself started."""
     helpers: tuple[ProcessIdentity, ...]
-    """What the guard started for it (its watchdog), found in the process table."""
+    """What the guard started for it (its watchdog and the watchdog's understudy, if
+    it stands by yet), found in the process table."""
+
+    @property
+    def watchdog(self) -> ProcessIdentity:
+        """Its watchdog: the helper that is the runner's own child."""
+        (watchdog,) = [
+            helper for helper in self.helpers if system.parent_pid(helper.pid) == self.identity.pid
+        ]
+        return watchdog
 
     @property
     def tree(self) -> tuple[ProcessIdentity, ...]:

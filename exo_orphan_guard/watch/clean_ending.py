@@ -58,6 +58,10 @@ SHELTER_LEFT: Final = b"u"
 HEARTBEAT: Final = b"h"
 """On the pipe to the watchdog: a thread of the runner ran, so its main thread, not
 yet back in Python, does not hold the GIL."""
+NOTICE: Final = b"n"
+"""On the pipe from the watchdog: the worker is gone."""
+TOOK_OVER: Final = b"w"
+"""On the pipe from the watchdog: it took over from a watchdog that died."""
 HEARTBEAT_SECONDS: Final = 0.1
 AGAIN_SECONDS: Final = 1.0
 """`WorkerGone` is raised again at most this often."""
@@ -113,7 +117,7 @@ def install(
     atexit.register(_log_pending, state)
     signal.signal(NOTICE_SIGNAL, _on_notice)
     threading.Thread(
-        target=_beat_after_the_notice,
+        target=_listen_to_the_watchdog,
         args=(state, notice),
         name="exo-orphan-guard-heartbeat",
         daemon=True,
@@ -256,18 +260,44 @@ def _raise_again(state: _State) -> None:
     raise WorkerGone(f"worker {state.worker.pid} is gone (again: the runner has not exited)")
 
 
-def _beat_after_the_notice(state: _State, notice: int) -> None:
-    """Once the watchdog's notice comes, beat until the main thread begins the ending.
-    Blocked in `read` until then: no wake-up while the worker lives."""
-    try:
-        if not os.read(notice, 1):
-            return  # the watchdog is gone: nothing to tell
-    except OSError:
-        return
+def _listen_to_the_watchdog(state: _State, notice: int) -> None:
+    """Blocked in `read` until the watchdog has news: no wake-up while the worker
+    lives. The notice: beat until the main thread begins the ending. A watchdog that
+    took over from one that died: say so, and tell it what it missed. EOF: no watchdog
+    is left (an understudy takes over from a watchdog that dies, so both died)."""
+    while True:
+        try:
+            news = os.read(notice, 1)
+        except OSError:
+            return
+        if news == TOOK_OVER:
+            _another_watchdog(state)
+        elif news:
+            _beat_until_begun(state)
+        else:
+            logger.warning(
+                f"orphan guard: runner {state.me.pid}: its watchdog and its understudy "
+                "are gone: nothing outside this process bounds its ending"
+            )
+            return
+
+
+def _beat_until_begun(state: _State) -> None:
     woken = time.monotonic()
     while state.entered < woken and state.phase != "ending":
         _tell_watchdog(state, HEARTBEAT)
         time.sleep(HEARTBEAT_SECONDS)
+
+
+def _another_watchdog(state: _State) -> None:
+    if state.phase == "ending":
+        _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if state.sheltered else b""))
+    if confirmed_gone(state.worker):
+        _stop_widowed_log_queues(state.worker)  # the line below must not block
+    logger.warning(
+        f"orphan guard: runner {state.me.pid}: its watchdog died; its understudy took "
+        "over (the busy wait and the grace hold as before)"
+    )
 
 
 def _tell_watchdog(state: _State, news: bytes) -> None:

@@ -45,14 +45,17 @@ from ..records.endings import Ending
 from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 from ..system.settings import WEDGE_SECONDS, busy_bound
+from . import understudy
 from .clean_ending import (
     AGAIN_SECONDS,
     BEGUN,
     HEARTBEAT,
     HEARTBEAT_SECONDS,
+    NOTICE,
     NOTICE_SIGNAL,
     SHELTER_LEFT,
     SHUTTING_DOWN,
+    TOOK_OVER,
 )
 from .tree_kill import KnownTree, kill_runner_tree, signal_verified
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
@@ -68,6 +71,7 @@ _SILENCE_SECONDS: Final = 3.5 * HEARTBEAT_SECONDS
 """No heartbeat for this long: the runner's main thread holds the GIL."""
 
 _MAX_BUSY_LINES: Final = 8
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 Outcome = Literal["clean", "shut down", "busy", "hanging"]
 Gil = Literal["held", "free"]
 
@@ -120,13 +124,38 @@ def _watchdog_main(
     chain: Sequence[WaiterName],
     record_path: str | None,
     plan: EndingPlan,
+    taking_over: _TakeOver | None = None,
 ) -> NoReturn:
+    """`taking_over`: in an understudy whose watchdog died, what it takes over (its
+    files are detached already)."""
     exit_code = 0
     try:
-        # Objects copied from the runner must not be finalised here: one could close
-        # an fd number that our own pidfd has since taken.
-        gc.disable()
-        begun, notice = _detach_inherited_files(plan.begun, plan.notice)
+        if taking_over is None:
+            # Objects copied from the runner must not be finalised here: one could
+            # close an fd number that our own pidfd has since taken.
+            gc.disable()
+            begun, notice = _detach_inherited_files(plan.begun, plan.notice)
+            # A stop signal meant for the runner's group (its own code stopping its
+            # children) or for a "duplicate runner" must not leave it unbounded.
+            for stop in _STOP_SIGNALS:
+                signal.signal(stop, signal.SIG_IGN)
+            forked = 0
+        else:
+            begun, notice, forked = taking_over.begun, taking_over.notice, taking_over.forked
+            _took_over(plan, runner, notice, taking_over.watchdog)
+
+        def take_over(watchdog: Pid, forked: int) -> NoReturn:
+            _watchdog_main(
+                worker,
+                runner,
+                group,
+                chain,
+                record_path,
+                plan,
+                _TakeOver(begun, notice, watchdog, forked),
+            )
+
+        understudy.stand_by(runner, take_over, forked)
         # The runner may be gone already (this process can first run long after the
         # fork). Then the thread below finds it gone at once and, as a member of its
         # group (so the group id cannot have been reused), kills what it left there.
@@ -152,7 +181,7 @@ def _watchdog_main(
             signal_verified(runner, NOTICE_SIGNAL)
             if notice is not None:
                 with contextlib.suppress(OSError):
-                    os.write(notice, b"n")
+                    os.write(notice, NOTICE)
             outcome, gil = _await_the_ending(runner, begun, noticed, plan, tree)
             after = time.monotonic() - noticed
             _record(plan, runner, *_described(outcome, after, gil, plan.grace))
@@ -162,6 +191,39 @@ def _watchdog_main(
         _end_after_a_failure(worker, runner, group, plan, error)
     finally:
         os._exit(exit_code)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _TakeOver:
+    begun: int | None
+    notice: int | None
+    watchdog: Pid
+    """The watchdog that died."""
+    forked: int
+    """Understudies forked so far."""
+
+
+def _took_over(plan: EndingPlan, runner: ProcessIdentity, notice: int | None, dead: Pid) -> None:
+    """Say so: to the runner (it logs it, and repeats that its ending has begun, if it
+    has), and in the endings log."""
+    if notice is not None:
+        with contextlib.suppress(OSError):
+            os.write(notice, TOOK_OVER)
+    if plan.endings_path is not None:
+        endings.append(
+            plan.endings_path,
+            Ending(
+                event="watchdog",
+                pid=runner.pid,
+                started=runner.started,
+                boot_id=plan.boot_id,
+                at=time.time(),
+                by=plan.by,
+                why=f"its watchdog {dead} died while it lived; {os.getpid()} took over",
+                labels=plan.labels,
+            ),
+        )
 
 
 def _end_after_a_failure(
