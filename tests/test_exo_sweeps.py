@@ -94,6 +94,31 @@ def test_the_workers_plan_loop_is_not_stalled_while_an_orphan_is_waited_for(
 
 @versions
 @pytest.mark.machine_wide
+@pytest.mark.parametrize("runner", ["shut-down", "replaced"])
+def test_a_connect_to_group_whose_runner_went_during_its_sweep_is_dropped(
+    version: str, runner: str, exo_work: Path, exo_venv_cache: Path
+) -> None:
+    """While the sweep before ConnectToGroup waits, a peer fails and exo's real plan()
+    shuts this node's runner down (or a new one takes its place): the ConnectToGroup
+    planned for it is dropped with one log line, and the worker runs on. With the
+    series before this fix `_start_runner_task` raised KeyError, which ended exo's
+    worker task group, or the stale ConnectToGroup reached the new runner."""
+    result = run_check(
+        "runner_gone_check.py", version, exo_work, exo_venv_cache, "--runner", runner
+    )
+    assert result == {
+        **result,
+        "shut_down_during_sweep": True,
+        "no_task_group_error": True,
+        "stale_connect_to_group_dropped": True,
+        "drop_logged": True,
+        "worker_ran_on": True,
+        **({"new_runner_connected_once": True} if runner == "replaced" else {}),
+    }
+
+
+@versions
+@pytest.mark.machine_wide
 def test_a_runner_failure_is_diagnosed_and_swept_through_exos_real_supervisor(
     version: str, exo_work: Path, exo_venv_cache: Path
 ) -> None:
