@@ -238,7 +238,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
             if report:
                 runners_armed[0] += len(kinds)
             time.sleep(rng.uniform(scenarios.GIL_SETTLE_SECONDS, 0.6))
-            if report and watch == "guard" and rng.random() < 0.25:
+            if report and watch == "guard" and rng.random() < 0.5:
                 moment = "armed, watchdogs killed first"
                 kill_watchdogs(json.loads(report))
         moments[moment] += 1
