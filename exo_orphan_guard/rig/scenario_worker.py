@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import native_calls
+from . import ending_hazards, native_calls
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -52,6 +52,7 @@ RunnerKind = Literal[
     "swallow",
     "loguru",
     "faulty",
+    "slowsink",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -79,7 +80,9 @@ benchmarks: its return time is known to the millisecond. swallow: a bare `except
 swallows the first WorkerGone, then it sleeps on. loguru: catches WorkerGone and
 logs more than 1 MiB through a loguru sink with `enqueue=True` that its worker set up
 (exo's `logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
-gone (an injected error)."""
+gone (an injected error). slowsink: logs in a loop through a slow sink of its own
+added with `catch=False`, catching each error but WorkerGone (the notice lands while
+it holds the sink's lock)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 _LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
@@ -213,6 +216,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
         hold_the_gil_in_native_code()
     if kind == "mlxbusy":
         native_calls.one_long_eval_after_another(note)
+    if kind == "slowsink":
+        ending_hazards.log_through_a_slow_sink(note)
     while kind == "gilbusy":
         native_calls.busy_in_native_code_holding_the_gil(note)
     while kind == "gilfree":

@@ -1,0 +1,68 @@
+"""The clean ending on real processes, where something in the runner stands in its
+way: the notice landing while the main thread holds a loguru sink's lock. Each test
+fails on the code before its fix (named in its docstring)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.notes import read_notes
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.watch.worker_gone import WorkerGone
+from tests.conftest import StartWorker
+from tests.test_clean_ending import CLEAN_BOUND, GRACE, Ended
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
+
+_READY_SECONDS = 10.0
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    directory = tmp_path / "notes"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+def graced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
+    yield
+
+
+def wait_for_note(notes: Path, pid: int, event: str) -> None:
+    """Until runner `pid` has noted `event`: it is where the test wants it."""
+    deadline = time.monotonic() + _READY_SECONDS
+    while event not in [note["event"] for note in read_notes(notes, pid)]:
+        assert time.monotonic() < deadline, f"runner {pid} never noted {event!r}"
+        time.sleep(0.01)
+
+
+@pytest.mark.usefixtures("graced")
+def test_a_notice_that_lands_while_a_sink_holds_its_lock_still_ends_clean(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    """Issue 27 item 7. The handler used to log through loguru itself: landing inside
+    the write of a sink added with `catch=False`, it made loguru raise "Could not
+    acquire internal lock" in place of WorkerGone; the runner took it for one more
+    failed step and went on, and was killed at the grace (before 038d12d)."""
+    worker = start_worker(["slowsink"], notes=notes)
+    runner = worker.runners[0].identity
+    wait_for_note(notes, runner.pid, "logging")
+    time.sleep(0.1)  # a few lines into the loop
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, GRACE + 1.5)
+    written = read_notes(notes, runner.pid)
+    assert [note for note in written if note["event"] == "logging failed"] == []
+    assert ended.notes["slowsink"] == ["logging", "raised", "finally"], written
+    assert written[1]["type"] == WorkerGone.__name__
+    after = ended.after["slowsink"]
+    assert after is not None and after < CLEAN_BOUND, after
+    ending = ended.ending("slowsink")
+    assert ending.how == "clean", ending
