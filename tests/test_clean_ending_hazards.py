@@ -1,6 +1,7 @@
 """The clean ending on real processes, where something in the runner stands in its
-way: the notice landing while the main thread holds a loguru sink's lock. Each test
-fails on the code before its fix (named in its docstring)."""
+way: the notice landing while the main thread holds a loguru sink's lock, or once the
+interpreter's exit is under way. Each test fails on the code before its fix (named in
+its docstring)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.notes import read_notes
+from exo_orphan_guard.rig.ending_hazards import EXIT_STEPS, THREAD_STEPS
+from exo_orphan_guard.rig.notes import read_notes, read_stderr
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.watch.worker_gone import WorkerGone
 from tests.conftest import StartWorker
@@ -65,4 +67,37 @@ def test_a_notice_that_lands_while_a_sink_holds_its_lock_still_ends_clean(
     after = ended.after["slowsink"]
     assert after is not None and after < CLEAN_BOUND, after
     ending = ended.ending("slowsink")
+    assert ending.how == "clean", ending
+
+
+@pytest.mark.usefixtures("graced")
+@pytest.mark.parametrize(
+    ("moment", "step"), [("thread step", 2), ("exit step", 3)], ids=["joining", "atexit"]
+)
+def test_a_worker_that_dies_during_the_runners_exit_lets_it_finish(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path, moment: str, step: int
+) -> None:
+    """Issue 27 item 5. The runner's main function has returned: the interpreter joins
+    a non-daemon thread, then runs an atexit hook, both with steps left, when the
+    worker dies. Before 038d12d the first WorkerGone was raised there all the same: out
+    of the join (its traceback on stderr, the exit no longer clean) or out of the hook
+    ("Exception ignored in atexit callback", its steps cut short)."""
+    worker = start_worker(["exit"], notes=notes)
+    runner = worker.runners[0].identity
+    scenarios.ask_to_shut_down(worker)
+    deadline = time.monotonic() + _READY_SECONDS
+    while not any(
+        note["event"] == moment and note["step"] == step for note in read_notes(notes, runner.pid)
+    ):
+        assert time.monotonic() < deadline, f"the runner never noted {moment} {step}"
+        time.sleep(0.005)
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, GRACE + 1.5)
+    events = ended.notes["exit"]
+    assert events.count("thread step") == THREAD_STEPS and "thread finally" in events, events
+    assert events.count("exit step") == EXIT_STEPS and events[-1] == "exit done", events
+    assert "raised" not in events  # no WorkerGone: the main function had returned
+    stderr = read_stderr(notes, runner.pid)
+    assert "Exception ignored" not in stderr and WorkerGone.__name__ not in stderr, stderr
+    ending = ended.ending("exit")
     assert ending.how == "clean", ending

@@ -1,8 +1,12 @@
 """What the stand-in runners whose clean ending meets a hazard do (`scenario_worker`):
-the notice landing while a loguru sink's lock is held."""
+the notice landing while a loguru sink's lock is held, or once the interpreter's exit
+is under way."""
 
 from __future__ import annotations
 
+import atexit
+import os
+import threading
 import time
 from typing import Final, NoReturn
 
@@ -11,6 +15,11 @@ from .notes import RunnerNotes
 SLOW_SINK_SECONDS: Final = 0.005
 """How long the `slowsink` runner's sink takes to write a line: the main thread spends
 nearly all its time inside the sink, holding its lock."""
+EXIT_STEPS: Final = 20
+"""Steps of the `exit` runner's atexit hook, `EXIT_STEP_SECONDS` each."""
+THREAD_STEPS: Final = 10
+"""Steps of the `exit` runner's non-daemon thread, `EXIT_STEP_SECONDS` each."""
+EXIT_STEP_SECONDS: Final = 0.05
 
 
 def log_through_a_slow_sink(note: RunnerNotes) -> NoReturn:
@@ -31,3 +40,34 @@ def log_through_a_slow_sink(note: RunnerNotes) -> NoReturn:
             logger.info(f"step {number}")
         except Exception as error:
             note.write("logging failed", type=type(error).__name__, detail=str(error))
+
+
+def return_with_work_left(note: RunnerNotes, go_file: str) -> None:
+    """Once asked to shut down (`<go_file>.shutdown`), start a non-daemon thread with
+    `THREAD_STEPS` steps left and register an atexit hook of `EXIT_STEPS`, then return:
+    the interpreter's exit joins the thread, then runs the hook. Its stderr goes to
+    `note.stderr_path` first, where a test reads what the exit printed."""
+    if (stderr := note.stderr_path) is not None:
+        with open(stderr, "a") as file:
+            os.dup2(file.fileno(), 2)
+    while not os.path.exists(f"{go_file}.shutdown"):
+        time.sleep(0.005)
+    atexit.register(_steps_at_exit, note)
+    threading.Thread(target=_steps_in_a_thread, args=(note,), name="work-left").start()
+    note.write("returning")
+
+
+def _steps_in_a_thread(note: RunnerNotes) -> None:
+    try:
+        for step in range(THREAD_STEPS):
+            note.write("thread step", step=step)
+            time.sleep(EXIT_STEP_SECONDS)
+    finally:
+        note.write("thread finally")
+
+
+def _steps_at_exit(note: RunnerNotes) -> None:
+    for step in range(EXIT_STEPS):
+        note.write("exit step", step=step)
+        time.sleep(EXIT_STEP_SECONDS)
+    note.write("exit done")

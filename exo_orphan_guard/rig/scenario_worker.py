@@ -53,6 +53,7 @@ RunnerKind = Literal[
     "loguru",
     "faulty",
     "slowsink",
+    "exit",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -82,7 +83,9 @@ logs more than 1 MiB through a loguru sink with `enqueue=True` that its worker s
 (exo's `logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
 gone (an injected error). slowsink: logs in a loop through a slow sink of its own
 added with `catch=False`, catching each error but WorkerGone (the notice lands while
-it holds the sink's lock)."""
+it holds the sink's lock). exit: once asked to shut down, starts a non-daemon thread
+and registers an atexit hook, both with steps left, and returns (its stderr kept for
+the test)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 _LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
@@ -110,7 +113,7 @@ class WorkerSpec(TypedDict):
     spawn_from: SpawnFrom
     go_file: str
     """For `late` runners: they call guard_runner() only once this file exists;
-    `shutdown` runners begin their shutdown once `<go_file>.shutdown` exists."""
+    `shutdown` and `exit` runners begin their shutdown once `<go_file>.shutdown` exists."""
     notes: str
     """A directory where runners write what happened to them (`<pid>.jsonl`), read by
     tests once the worker is gone; empty: none."""
@@ -229,6 +232,9 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
                 time.sleep(3600)
         except:  # noqa: E722  # as exo's vendored deepseek_v4_encoding.py does
             note.write("swallowed")
+    if kind == "exit":
+        ending_hazards.return_with_work_left(note, go_file)
+        return
     if kind == "shutdown":
         while not os.path.exists(f"{go_file}.shutdown"):  # asked, as by exo's Shutdown task
             time.sleep(0.005)
