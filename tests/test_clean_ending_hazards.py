@@ -1,6 +1,7 @@
 """The clean ending on real processes, where something in the runner stands in its
 way: the notice landing while the main thread holds a loguru sink's lock, or once the
-interpreter's exit is under way. Each test fails on the code before its fix (named in
+interpreter's exit is under way; a thread logging toward the dead worker while the
+main thread is in native code. Each test fails on the code before its fix (named in
 its docstring)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.ending_hazards import EXIT_STEPS, THREAD_STEPS
+from exo_orphan_guard.rig.ending_hazards import EXIT_STEPS, THREAD_LINE, THREAD_STEPS
 from exo_orphan_guard.rig.notes import read_notes, read_stderr
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.watch.worker_gone import WorkerGone
@@ -100,4 +101,34 @@ def test_a_worker_that_dies_during_the_runners_exit_lets_it_finish(
     stderr = read_stderr(notes, runner.pid)
     assert "Exception ignored" not in stderr and WorkerGone.__name__ not in stderr, stderr
     ending = ended.ending("exit")
+    assert ending.how == "clean", ending
+
+
+@pytest.mark.usefixtures("graced")
+def test_a_thread_logging_to_the_dead_worker_does_not_hold_up_a_busy_runner(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 27 item 6. A non-daemon thread logs through the worker's enqueued sink
+    while the main thread is in a GIL-free native call. Before the fix the sink's writes
+    were dropped only from the main thread's handler: by the time the call returned the
+    thread was blocked for good on the full pipe, the exit's join waited on it, and the
+    runner was killed at the grace."""
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "30")
+    worker = start_worker(["logthread"], notes=notes, extra_env={"EOG_NATIVE_SECONDS": "2"})
+    runner = worker.runners[0].identity
+    wait_for_note(notes, runner.pid, "native begun")
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, 2.0 + GRACE + 1.5)
+    events = ended.notes["logthread"]
+    assert {"raised", "thread finally", "finally"} <= set(events), events
+    (finished,) = [
+        note for note in read_notes(notes, runner.pid) if note["event"] == "thread finally"
+    ]
+    assert finished["lines"] * len(THREAD_LINE) > 2 * 2**16  # more than the pipe holds
+    after = ended.after["logthread"]
+    assert after is not None and after < 2.0 + CLEAN_BOUND, after
+    ending = ended.ending("logthread")
     assert ending.how == "clean", ending

@@ -1,6 +1,7 @@
 """What the stand-in runners whose clean ending meets a hazard do (`scenario_worker`):
 the notice landing while a loguru sink's lock is held, or once the interpreter's exit
-is under way."""
+is under way; a thread logging toward the dead worker while the main thread is in
+native code."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import atexit
 import os
 import threading
 import time
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
+from . import native_calls
 from .notes import RunnerNotes
+
+if TYPE_CHECKING:
+    from loguru import Logger
 
 SLOW_SINK_SECONDS: Final = 0.005
 """How long the `slowsink` runner's sink takes to write a line: the main thread spends
@@ -20,6 +25,12 @@ EXIT_STEPS: Final = 20
 THREAD_STEPS: Final = 10
 """Steps of the `exit` runner's non-daemon thread, `EXIT_STEP_SECONDS` each."""
 EXIT_STEP_SECONDS: Final = 0.05
+THREAD_LINE: Final = "x" * 1024
+THREAD_LINE_SECONDS: Final = 0.01
+"""The `logthread` runner's thread logs a line of about 1 KiB this often: the 64 KiB
+pipe of its worker's sink fills about half a second after the worker's death, well
+after the notice (within 100 ms on every backend), long before the native call
+returns."""
 
 
 def log_through_a_slow_sink(note: RunnerNotes) -> NoReturn:
@@ -71,3 +82,30 @@ def _steps_at_exit(note: RunnerNotes) -> None:
         note.write("exit step", step=step)
         time.sleep(EXIT_STEP_SECONDS)
     note.write("exit done")
+
+
+def log_from_a_thread_while_busy(note: RunnerNotes, logger: Logger) -> None:
+    """A non-daemon thread logs through the sink its worker set up with `enqueue=True`
+    (exo's logger), while the main thread makes one native call that lets go of the
+    GIL after another (`EOG_NATIVE_SECONDS`, every signal blocked in it); the thread
+    stops once the main thread unwinds. With the worker gone nobody reads the sink's
+    pipe: a write that finds it full blocks for good, and so does the exit's join."""
+    stop = threading.Event()
+    thread = threading.Thread(target=_log_until, args=(note, logger, stop), name="logging")
+    thread.start()
+    try:
+        while True:
+            native_calls.busy_in_native_code_letting_go_of_the_gil(note)
+    finally:
+        stop.set()
+
+
+def _log_until(note: RunnerNotes, logger: Logger, stop: threading.Event) -> None:
+    lines = 0
+    try:
+        while not stop.is_set():
+            logger.info(f"runner {os.getpid()} thread line {lines}: {THREAD_LINE}")
+            lines += 1
+            time.sleep(THREAD_LINE_SECONDS)
+    finally:
+        note.write("thread finally", lines=lines)

@@ -263,6 +263,7 @@ def _beat_after_the_notice(state: _State, notice: int) -> None:
             return  # the watchdog is gone: nothing to tell
     except OSError:
         return
+    _stop_widowed_log_queues(state.worker)  # now, not once the main thread is back
     woken = time.monotonic()
     while state.entered < woken and state.phase != "ending":
         _tell_watchdog(state, HEARTBEAT)
@@ -317,7 +318,10 @@ def _stop_widowed_log_queues(worker: ProcessIdentity) -> None:
     blocks for good once the pipe is full. From now on such handlers drop what they are
     given (nobody would read it); the runner's own sinks, and queues whose reader
     lives, are left alone. The class is patched, not the handlers: the runner's logger
-    is an unpickled copy, out of reach of `loguru.logger`."""
+    is an unpickled copy, out of reach of `loguru.logger`. The heartbeat thread does it
+    as soon as the watchdog's notice comes, the handler again (a no-op then): a thread
+    that logs while the main thread is still in native code would otherwise fill the
+    pipe and block there, and the exit's join with it, before the handler ever ran."""
     handler_class: object = getattr(sys.modules.get("loguru._handler"), "Handler", None)
     emit: object = getattr(handler_class, "emit", None)
     if not isinstance(handler_class, type) or not callable(emit):
