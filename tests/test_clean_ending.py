@@ -203,6 +203,23 @@ def test_a_tiny_busy_wait_still_lets_an_idle_runner_end_clean(
     assert ending.how == "clean", ending
 
 
+def test_a_tiny_grace_still_lets_an_idle_runner_end_clean(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 27 item 3: taken as is, 0.0001 s killed the runner a moment after its
+    clean ending began ("did not finish within the 0.0001 s grace")."""
+    monkeypatch.setenv(settings.GRACE_ENV, "0.0001")  # raised to the floor
+    ended = end_worker(start_worker, ["idle"], notes, isolated_environment)
+    ending = ended.ending("idle")
+    assert ending.how == "clean", ending
+    after = ended.after["idle"]
+    assert after is not None and after < CLEAN_BOUND, after
+    assert ended.notes["idle"] == ["raised", "finally"]
+
+
 @pytest.mark.usefixtures("graced")
 def test_a_clean_ending_that_hangs_is_killed_at_the_grace(
     start_worker: StartWorker, notes: Path, isolated_environment: Path

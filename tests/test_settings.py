@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.tools.arguments import build_parser
 
 
 @pytest.mark.parametrize("raw", ["1", "true", "YES", " On ", "TRUE"])
@@ -77,3 +78,19 @@ def test_a_busy_wait_below_the_wedge_bound_is_raised_to_it_with_a_warning(raw: s
     assert parsed.value == settings.WEDGE_SECONDS
     assert parsed.warning is not None and repr(raw) in parsed.warning
     assert settings.parse_busy_wait("0.5") == settings.Parsed(0.5)  # the bound itself: as is
+
+
+@pytest.mark.parametrize("raw", ["1e-9", "0.0001", "0.49"])
+def test_a_grace_below_the_floor_is_raised_to_it_with_a_warning(raw: str) -> None:
+    parsed = settings.parse_grace(raw)
+    assert parsed.value == settings.MIN_GRACE_SECONDS
+    assert parsed.warning is not None and repr(raw) in parsed.warning
+    assert settings.parse_grace("0.5") == settings.Parsed(0.5)  # the floor itself: as is
+    assert settings.parse_grace("0") == settings.Parsed(0.0)  # still: killed at once
+
+
+def test_an_explicit_grace_on_the_command_line_has_no_floor() -> None:
+    """`sweep --grace 0.2`: one command's own choice, which reaches no runner."""
+    parsed = build_parser().parse_args(["sweep", "--grace", "0.2"])
+    assert parsed.grace == 0.2
+    assert build_parser().parse_args(["exec", "--grace", "1e-9", "--", "true"]).grace == 1e-9

@@ -15,6 +15,11 @@ class RunnerNotes:
     def __init__(self, directory: str) -> None:
         self._path = os.path.join(directory, f"{os.getpid()}.jsonl") if directory else None
 
+    @property
+    def stderr_path(self) -> str | None:
+        """Where a runner that keeps its stderr for the test puts it (`read_stderr`)."""
+        return None if self._path is None else self._path.removesuffix(".jsonl") + ".stderr"
+
     def write(self, event: str, **details: Any) -> None:
         if self._path is not None:
             line = json.dumps({"event": event, "at": time.monotonic(), **details})
@@ -29,3 +34,11 @@ def read_notes(directory: Path, pid: int) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in lines]
+
+
+def read_stderr(directory: Path, pid: int) -> str:
+    """What runner `pid` wrote to its stderr, if it kept it (`RunnerNotes.stderr_path`)."""
+    try:
+        return (directory / f"{pid}.stderr").read_text()
+    except FileNotFoundError:
+        return ""

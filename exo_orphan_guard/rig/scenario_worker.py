@@ -23,13 +23,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from multiprocessing.queues import Queue
 from multiprocessing.resource_sharer import DupFd
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import native_calls
+from . import ending_hazards, native_calls
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -52,6 +53,9 @@ RunnerKind = Literal[
     "swallow",
     "loguru",
     "faulty",
+    "slowsink",
+    "exit",
+    "logthread",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -79,7 +83,12 @@ benchmarks: its return time is known to the millisecond. swallow: a bare `except
 swallows the first WorkerGone, then it sleeps on. loguru: catches WorkerGone and
 logs more than 1 MiB through a loguru sink with `enqueue=True` that its worker set up
 (exo's `logger_setup`). faulty: holds the GIL, and its watchdog fails once the worker is
-gone (an injected error)."""
+gone (an injected error). slowsink: logs in a loop through a slow sink of its own
+added with `catch=False`, catching each error but WorkerGone (the notice lands while
+it holds the sink's lock). exit: once asked to shut down, starts a non-daemon thread
+and registers an atexit hook, both with steps left, and returns (its stderr kept for
+the test). logthread: a non-daemon thread logs through its worker's enqueued sink (as
+`loguru`) while the main thread makes GIL-free native calls (as `gilfree`)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 _LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
@@ -107,7 +116,7 @@ class WorkerSpec(TypedDict):
     spawn_from: SpawnFrom
     go_file: str
     """For `late` runners: they call guard_runner() only once this file exists;
-    `shutdown` runners begin their shutdown once `<go_file>.shutdown` exists."""
+    `shutdown` and `exit` runners begin their shutdown once `<go_file>.shutdown` exists."""
     notes: str
     """A directory where runners write what happened to them (`<pid>.jsonl`), read by
     tests once the worker is gone; empty: none."""
@@ -133,7 +142,8 @@ def runner_main(
     worker_end: WorkerEnd = None,
 ) -> None:
     """`worker_end`: for `noisy`, the pipe to its worker to put on its stdout and
-    stderr; for `queue`, the queue to its worker; for `loguru`, its worker's logger."""
+    stderr; for `queue`, the queue to its worker; for `loguru` and `logthread`, its
+    worker's logger."""
     if isinstance(worker_end, DupFd):
         captured = worker_end.detach()
         for fd in (1, 2):
@@ -160,7 +170,7 @@ def runner_main(
         if kind != "late":
             # Connection.send writes synchronously: it is out before the GIL is taken.
             _report(report, RunnerReport(pid=os.getpid(), children=children))
-        _behave(kind, note, go_file)
+        _behave(kind, note, go_file, worker_end)
     except BaseException as error:
         note.write("raised", type=type(error).__name__)
         if kind not in CATCHING or type(error).__name__ != "WorkerGone":
@@ -206,13 +216,17 @@ def _end(kind: RunnerKind, worker_end: WorkerEnd, note: RunnerNotes) -> None:
             worker_end.put(b"x" * 4096)  # 256 KiB: more than the pipe holds
 
 
-def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
+def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: WorkerEnd) -> None:
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if kind in ("gil", "deaf", "faulty"):
         hold_the_gil_in_native_code()
     if kind == "mlxbusy":
         native_calls.one_long_eval_after_another(note)
+    if kind == "slowsink":
+        ending_hazards.log_through_a_slow_sink(note)
+    if kind == "logthread" and not isinstance(worker_end, DupFd | Queue | None):
+        ending_hazards.log_from_a_thread_while_busy(note, worker_end)
     while kind == "gilbusy":
         native_calls.busy_in_native_code_holding_the_gil(note)
     while kind == "gilfree":
@@ -224,6 +238,9 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
                 time.sleep(3600)
         except:  # noqa: E722  # as exo's vendored deepseek_v4_encoding.py does
             note.write("swallowed")
+    if kind == "exit":
+        ending_hazards.return_with_work_left(note, go_file)
+        return
     if kind == "shutdown":
         while not os.path.exists(f"{go_file}.shutdown"):  # asked, as by exo's Shutdown task
             time.sleep(0.005)
@@ -326,7 +343,7 @@ def _worker_end(
 ) -> WorkerEnd:
     """What only this worker reads from its runner: a pipe it drains, a queue, or the
     logger whose enqueued sink it writes out."""
-    if kind == "loguru":
+    if kind in ("loguru", "logthread"):
         return native_calls.exos_logger()
     if kind == "queue":
         queue: multiprocessing.queues.Queue[bytes] = context.Queue()

@@ -145,7 +145,7 @@ def start_worker(
 
 
 def ask_to_shut_down(worker: StartedWorker) -> None:
-    """What exo's Shutdown task is to a runner: `shutdown` runners begin theirs."""
+    """What exo's Shutdown task is to a runner: `shutdown` and `exit` runners begin theirs."""
     Path(f"{worker.go_file}.shutdown").touch()
 
 

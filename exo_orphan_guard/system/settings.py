@@ -35,6 +35,19 @@ DEFAULT_GRACE_SECONDS: Final = 10.0
 """How long a runner whose worker died may take to end the clean way (exo's own
 shutdown) before it is killed; also what a sweep waits between SIGTERM and SIGKILL."""
 MAX_GRACE_SECONDS: Final = 120.0
+MIN_GRACE_SECONDS: Final = 0.5
+"""The least grace above 0 that `EXO_ORPHAN_GUARD_GRACE` gives (a smaller one gets a
+warning and this). An idle runner's clean ending takes about 50 ms from its start to
+its exit (the benchmark's p99, notice included, is about 100 ms); a grace of
+microseconds killed it a moment after it began, in the middle of releasing what it
+holds, which is worse than grace 0 (no clean ending, killed at once). Half a second
+leaves it room on a loaded machine, as the wedge bound does for the busy wait; exo's
+own shutdown (0.8-1.2 s) needs more, as the default gives. The floor suits the
+setting's other two uses too: a sweep waits after SIGTERM only until its targets are
+gone, so the floor delays only a process that outlives SIGTERM, and gives its handler
+the time to act that a smaller grace would make pointless; `exec` likewise gives its
+command's SIGTERM handler at least this. An explicit `--grace` (`sweep`, `exec`) is
+one command's own choice, reaches no runner's clean ending, and is taken as given."""
 WEDGE_SECONDS: Final = 0.5
 """A runner that has not begun its clean ending this long after the notice is busy in
 native code: its watchdog records it so (sweeps then wait for it too), and with
@@ -92,7 +105,9 @@ def parse_backend(raw: str | None) -> Parsed[BackendChoice]:
     return Parsed("auto", f"{BACKEND_ENV}={raw!r} is not one of auto, portable: using auto")
 
 
-def parse_grace(raw: str | None) -> Parsed[float]:
+def parse_grace(raw: str | None, *, floor: float = MIN_GRACE_SECONDS) -> Parsed[float]:
+    """`floor`: what a value above 0 but below it is raised to (`MIN_GRACE_SECONDS`;
+    the command line's `--grace` passes 0, none)."""
     if raw is None or not raw.strip():
         return Parsed(DEFAULT_GRACE_SECONDS)
     try:
@@ -104,6 +119,14 @@ def parse_grace(raw: str | None) -> Parsed[float]:
             DEFAULT_GRACE_SECONDS,
             f"{GRACE_ENV}={raw!r} is not a number of seconds in 0..{MAX_GRACE_SECONDS:g}: "
             f"using {DEFAULT_GRACE_SECONDS:g}",
+        )
+    if 0.0 < seconds < floor:
+        # A clean ending that begins would be killed at once, half-way through; 0 is
+        # how to ask for no clean ending.
+        return Parsed(
+            floor,
+            f"{GRACE_ENV}={raw!r} is below the {floor:g} s floor, too short for a runner "
+            f"to end the clean way (0: killed at once): using {floor:g}",
         )
     return Parsed(seconds)
 

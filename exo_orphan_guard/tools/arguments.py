@@ -215,7 +215,8 @@ def _grace_argument(command: argparse.ArgumentParser, first: str, note: str = ""
 
 
 def _seconds(text: str) -> float:
-    parsed = settings.parse_grace(text)
+    # An explicit grace is this command's own choice: the floor is the environment's.
+    parsed = settings.parse_grace(text, floor=0.0)
     if parsed.warning is not None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a number of seconds in 0..{settings.MAX_GRACE_SECONDS:g}"

@@ -30,7 +30,7 @@ def settings_check(grace: settings.Parsed[float], busy_wait: settings.Parsed[flo
             "settings",
             "WARN",
             f"{detail}; " + "; ".join(problems),
-            "fix the value where exo is started: the guard uses the default meanwhile",
+            "fix the value where exo is started: the guard uses the value named meanwhile",
             figures,
         )
     return Check("settings", "OK", detail, None, figures)

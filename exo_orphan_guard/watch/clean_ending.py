@@ -273,6 +273,9 @@ def _listen_to_the_watchdog(state: _State, notice: int) -> None:
         if news == TOOK_OVER:
             _another_watchdog(state)
         elif news:
+            # The worker is gone: its log sinks drop writes now, not once the main
+            # thread is back in Python (another thread may be logging meanwhile).
+            _stop_widowed_log_queues(state.worker)
             _beat_until_begun(state)
         else:
             logger.warning(
@@ -360,7 +363,10 @@ def _stop_widowed_log_queues(worker: ProcessIdentity) -> None:
     blocks for good once the pipe is full. From now on such handlers drop what they are
     given (nobody would read it); the runner's own sinks, and queues whose reader
     lives, are left alone. The class is patched, not the handlers: the runner's logger
-    is an unpickled copy, out of reach of `loguru.logger`."""
+    is an unpickled copy, out of reach of `loguru.logger`. The heartbeat thread does it
+    as soon as the watchdog's notice comes, the handler again (a no-op then): a thread
+    that logs while the main thread is still in native code would otherwise fill the
+    pipe and block there, and the exit's join with it, before the handler ever ran."""
     handler_class: object = getattr(sys.modules.get("loguru._handler"), "Handler", None)
     emit: object = getattr(handler_class, "emit", None)
     if not isinstance(handler_class, type) or not callable(emit):
