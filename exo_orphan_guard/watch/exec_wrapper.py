@@ -312,11 +312,13 @@ class _Supervisor:
         the watch's verified path (`tree_kill`): only processes identified and proven
         to be in the tree or the group, each checked again as it is signalled.
 
-        The wrapper's watchdog (its only other child) is spared: if the wrapper dies
-        half-way (PR_SET_PDEATHSIG as the launcher exits), the watchdog kills the group.
+        The wrapper's watchdog (its only other child) and the watchdog's understudy
+        are spared: if the wrapper dies half-way (PR_SET_PDEATHSIG as the launcher
+        exits), the watchdog kills the group.
         """
         me = os.getpid()
-        spared = {me, *(pid for pid in system.child_pids(me) if pid != self._child.pid)}
+        watchdogs = [pid for pid in system.child_pids(me) if pid != self._child.pid]
+        spared = {me, *watchdogs, *(pid for dog in watchdogs for pid in system.descendants(dog))}
         doomed: list[ProcessIdentity] = []
         # Not yet reaped, the child keeps its pid; once reaped, that may be anyone's.
         child = identity_of(self._child.pid) if self._child.returncode is None else None
