@@ -57,6 +57,25 @@ def test_a_fork_of_a_live_runner_is_not_an_adopted_spawn_child() -> None:
     assert verdicts[301].action == "spare"
 
 
+def test_a_watchdog_that_took_over_is_spared_while_its_runner_lives() -> None:
+    """The understudy that took over from a dead watchdog is init's, with the runner's
+    command line: in the group its live runner leads, it is no orphan."""
+    runner = dataclasses.replace(proc(300, ppid=200, pipes=frozenset({7001})), pgid=300)
+    took_over = dataclasses.replace(proc(302, ppid=1, pipes=frozenset()), pgid=300)
+    worker = proc(200, argv=("python", "worker.py"), exo=False, pipes=frozenset({7001}))
+    verdicts = by_pid(decide(table(runner, took_over, worker, pipes_visible=True), [], DEFAULT))
+    assert verdicts[302].action == "spare" and "runner 300" in verdicts[302].reason
+    # Its runner gone (exited, or not leading the group, or another command line):
+    # the rule says nothing, and the fingerprint judges it as before.
+    for leader in (
+        dataclasses.replace(runner, status="zombie"),
+        dataclasses.replace(runner, pgid=200),
+        dataclasses.replace(runner, argv=("python", "other.py", "--multiprocessing-fork")),
+    ):
+        verdicts = by_pid(decide(table(leader, took_over, pipes_visible=True), [], DEFAULT))
+        assert verdicts[302].action == "kill", leader
+
+
 def test_exo_as_a_containers_pid_1_keeps_its_runners() -> None:
     exo_init = proc(1, ppid=0, argv=("python", "-m", "exo"), exo=False, pipes=frozenset({5}))
     runner = proc(300, ppid=1, pipes=frozenset({5}))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard import system
+from exo_orphan_guard import sweep, system
 from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import scenarios
@@ -187,3 +187,30 @@ def test_the_watchdog_and_its_understudy_go_with_the_runner(
     os.kill(stopped.runners[0].identity.pid, signal.SIGTERM)  # exo's own stop
     gone = scenarios.wait_gone(helpers, 2.0)
     assert all(seen is not None for seen in gone.values()), gone
+
+
+@pytest.mark.machine_wide
+def test_a_sweep_spares_a_watchdog_that_took_over(
+    exo_python: str, notes: Path, isolated_environment: Path
+) -> None:
+    """The understudy that took over is init's (its parent, the dead watchdog, is
+    gone) and carries the runner's command line: to the fingerprint rule, an exo
+    spawn child whose spawner is gone. In its live runner's group it is spared."""
+    worker = scenarios.start_worker(
+        ["idle"], python=exo_python, registry=isolated_environment, notes=notes
+    )
+    try:
+        (runner,) = worker.runners
+        understudy = understudy_of(runner.watchdog)
+        kill_watchdog(isolated_environment, runner)
+        assert wait_until(lambda: system.parent_pid(understudy.pid) != runner.watchdog.pid, 5.0)
+        report = sweep(grace=0.2)
+        assert scenarios.alive([runner.identity, understudy]) == [runner.identity, understudy]
+        (verdict,) = [verdict for verdict in report.verdicts if verdict.pid == understudy.pid]
+        assert verdict.action == "spare" and "a fork of it" in verdict.reason, verdict
+        # And it still does its work.
+        scenarios.kill_worker(worker)
+        ended = Ended(worker, notes, isolated_environment, BOUND)
+        assert ended.after["idle"] is not None and ended.ending("idle").how == "clean"
+    finally:
+        scenarios.cleanup(worker)

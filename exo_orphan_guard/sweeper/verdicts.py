@@ -207,6 +207,11 @@ def _judge_unrecorded(
         return verdict("spare", protection)
     if process.ppid in table.unreadable:
         return verdict("spare", f"cannot read its parent {process.ppid}")
+    runner = _group_leader_with_its_command(table, process)
+    if runner is not None:
+        # A watchdog that took over from a dead one was its understudy: a fork of the
+        # watchdog, now init's, but still in its live runner's group.
+        return verdict("spare", f"in the process group of live runner {runner.pid}, a fork of it")
     parent = table.processes.get(Pid(process.ppid))
     parent_alive = parent is not None and not parent.exited
     if runner_like:
@@ -227,6 +232,17 @@ def _judge_unrecorded(
 
 def _matches(options: SweepOptions, process: ProcessInfo) -> bool:
     return options.match is not None and options.match.search(" ".join(process.argv)) is not None
+
+
+def _group_leader_with_its_command(table: ProcessTable, process: ProcessInfo) -> ProcessInfo | None:
+    """The live leader of `process`'s group if it runs the same command line (a
+    guarded runner, of which `process` is a fork: its watchdog, whatever its parent)."""
+    if process.pgid is None or process.pgid == process.pid:
+        return None
+    leader = table.processes.get(Pid(process.pgid))
+    if leader is None or leader.exited or leader.pgid != leader.pid:
+        return None
+    return leader if leader.argv == process.argv and leader.uid == process.uid else None
 
 
 def _adopted_by(table: ProcessTable, child: ProcessInfo, parent: ProcessInfo) -> str | None:
