@@ -119,8 +119,12 @@ class FakeSupervisor:
 # --- exo ---------------------------------------------------------------------
 
 
-async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
-    import anyio
+def ring_worker() -> tuple[Any, Any, tuple[Any, ...]]:
+    """exo's real Worker on node A, with a two-node ring instance (this node rank 0)
+    downloaded and every runner idle: the worker, this node's bound instance, and the
+    receivers to close at the end. Keep them referenced meanwhile: a send into a
+    channel whose receivers are all gone raises BrokenResourceError (plan_step sends
+    TaskCreated first)."""
     from exo.shared.models.model_cards import ModelId
     from exo.shared.types.commands import ForwarderCommand, ForwarderDownloadCommand
     from exo.shared.types.events import Event, IndexedEvent
@@ -143,8 +147,6 @@ async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
     instance = bound.instance
     assert bound.bound_shard.device_rank == 0 and bound.bound_shard.world_size == 2
 
-    # Keep every receiver referenced: a send into a channel whose receivers are
-    # all gone raises BrokenResourceError (plan_step sends TaskCreated first).
     event_sender, event_receiver = channel[Event]()
     _indexed_sender, indexed_receiver = channel[IndexedEvent]()
     command_sender, command_receiver = channel[ForwarderCommand]()
@@ -170,6 +172,14 @@ async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
             ]
         },
     )
+    return worker, bound, (event_receiver, indexed_receiver, command_receiver, download_receiver)
+
+
+async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
+    import anyio
+    from exo.shared.types.worker.runners import RunnerIdle
+
+    worker, bound, receivers = ring_worker()
     fake = FakeSupervisor(bound_instance=bound, status=RunnerIdle(), orphan=orphan)
     fake.got_connect_to_group = anyio.Event()
     worker.runners[bound.bound_runner_id] = fake  # pyright: ignore[reportArgumentType]
@@ -184,7 +194,7 @@ async def drive_plan_step(orphan: Planted, timeout: float) -> FakeSupervisor:
             tg.cancel_scope.cancel()
     if scope.cancelled_caught:
         note(f"no ConnectToGroup within {timeout:g} s")
-    for receiver in (event_receiver, indexed_receiver, command_receiver, download_receiver):
+    for receiver in receivers:
         receiver.close()
     fake.received += [entry for entry in other.received if entry not in fake.received]
     return fake

@@ -55,6 +55,7 @@ from connect_to_group_check import (  # noqa: E402
     WARM_UP,
     FakeSupervisor,
     other_instance,
+    ring_worker,
     start_busy_orphan,
 )
 
@@ -88,52 +89,12 @@ async def until(condition: Any, timeout: float, what: str) -> None:
 async def drive(orphan: Planted, replace: bool, timeout: float) -> dict[str, Any]:
     import anyio
     import exo.worker.main as worker_main
-    from exo.shared.models.model_cards import ModelId
-    from exo.shared.types.commands import ForwarderCommand, ForwarderDownloadCommand
-    from exo.shared.types.events import Event, IndexedEvent
-    from exo.shared.types.memory import Memory
-    from exo.shared.types.state import State
     from exo.shared.types.tasks import ConnectToGroup, Shutdown
-    from exo.shared.types.worker.downloads import DownloadCompleted
-    from exo.shared.types.worker.instances import InstanceId
     from exo.shared.types.worker.runners import RunnerId, RunnerIdle
-    from exo.utils.channels import channel
-    from exo.worker.main import Worker
-    from exo.worker.tests.constants import INSTANCE_1_ID, MODEL_A_ID, NODE_A, RUNNER_1_ID
-    from exo.worker.tests.unittests.conftest import get_bound_mlx_ring_instance
 
-    bound = get_bound_mlx_ring_instance(
-        instance_id=InstanceId(INSTANCE_1_ID),
-        model_id=ModelId(MODEL_A_ID),
-        runner_id=RunnerId(RUNNER_1_ID),
-        node_id=NODE_A,
-    )
+    worker, bound, receivers = ring_worker()
     instance = bound.instance
     assert RunnerId(PEER) in instance.shard_assignments.runner_to_shard
-
-    event_sender, event_receiver = channel[Event]()
-    _indexed_sender, indexed_receiver = channel[IndexedEvent]()
-    command_sender, command_receiver = channel[ForwarderCommand]()
-    download_sender, download_receiver = channel[ForwarderDownloadCommand]()
-    worker = Worker(
-        NODE_A,
-        event_receiver=indexed_receiver,
-        event_sender=event_sender,
-        command_sender=command_sender,
-        download_command_sender=download_sender,
-        api_port=52415,
-    )
-    worker.state = State(
-        instances={instance.instance_id: instance},
-        runners={runner: RunnerIdle() for runner in instance.shard_assignments.runner_to_shard},
-        downloads={
-            NODE_A: [
-                DownloadCompleted(
-                    node_id=NODE_A, shard_metadata=bound.bound_shard, total=Memory.from_mb(100000)
-                )
-            ]
-        },
-    )
     old = FakeSupervisor(bound_instance=bound, status=RunnerIdle(), orphan=orphan)
     worker.runners[bound.bound_runner_id] = old  # pyright: ignore[reportArgumentType]
     other = other_instance(worker, orphan)
@@ -207,7 +168,7 @@ async def drive(orphan: Planted, replace: bool, timeout: float) -> dict[str, Any
         traceback.print_exc()
     finally:
         worker_main.plan = real_plan
-        for receiver in (event_receiver, indexed_receiver, command_receiver, download_receiver):
+        for receiver in receivers:
             receiver.close()
 
     connects = [task for task, _at in planned if isinstance(task, ConnectToGroup)]
