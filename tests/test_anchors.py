@@ -96,11 +96,11 @@ def test_entrypoint_before_v1_0_68_has_no_cancel_receiver_and_tabs_are_kept() ->
         ),
         (
             "bound_instance, event_sender, task_receiver, _logger, extra",
-            "parameter 5, `extra`, is one too many",
+            "parameter 5, `extra`, is one too many (and has no default)",
         ),
         (
             "bound_instance, event_sender, task_receiver, _logger, *, extra",
-            "keyword-only parameter `extra` that exo's entrypoint does not have",
+            "keyword-only parameter `extra` without a default",
         ),
         (
             "bound_instance, event_sender, task_receiver, _logger, **options",
@@ -137,6 +137,22 @@ def test_a_different_signature_names_the_parameter(parameters: str, detail: str)
 def test_a_lost_entrypoint_says_how(source: str | None, reason: str, detail: str) -> None:
     lost = missing(anchors.entrypoint(source))
     assert (lost.file, lost.reason, lost.detail) == (anchors.ENTRYPOINT_FILE, reason, detail)
+
+
+def test_more_parameters_with_defaults_keep_the_anchor() -> None:
+    """exo's main line had `pipe_fifo_paths=None` after `_logger` for four commits
+    (v1.0.63-185 to -188, 2026-02-17): exo's call, and a hook at the top, do not mind."""
+    source = BOOTSTRAP.replace(
+        '    _logger: "loguru.Logger",\n',
+        '    _logger: "loguru.Logger",\n    pipe_fifo_paths: tuple[str, str] | None = None,\n'
+        "    *,\n    debug: bool = False,\n",
+    )
+    found = anchors.entrypoint(source)
+    assert isinstance(found, Found)
+    assert found.detail == (
+        "entrypoint(bound_instance, event_sender, task_receiver, cancel_receiver, _logger); "
+        "with defaults: pipe_fifo_paths, debug"
+    )
 
 
 def test_the_last_definition_is_the_one_python_keeps() -> None:
@@ -247,7 +263,8 @@ def test_find_reads_a_tree_and_says_which_file_is_missing(tmp_path: Path) -> Non
 RELEASES = [f"v1.0.{minor}" for minor in range(61, 72)]
 
 
-@pytest.mark.parametrize("ref", [*RELEASES, "b5375f8cee43"])
+# main, and the main-line commit whose entrypoint had a defaulted sixth parameter.
+@pytest.mark.parametrize("ref", [*RELEASES, "b5375f8cee43", "a962a28af"])
 def test_every_release_since_v1_0_61_and_main_has_every_anchor(ref: str) -> None:
     source = exo_src()
 

@@ -122,25 +122,37 @@ def entrypoint(source: str | None) -> Anchor:
         return _missing("entrypoint", "signature differs", "`entrypoint` is `async def`")
     if isinstance(definition, ast.ClassDef):
         return _missing("entrypoint", "definition missing", "`entrypoint` is a class")
-    names = [argument.arg for argument in (*definition.args.posonlyargs, *definition.args.args)]
-    difference = parameter_difference(names)
-    if difference is None and definition.args.kwonlyargs:
-        extra = definition.args.kwonlyargs[0].arg
-        difference = f"keyword-only parameter `{extra}` that exo's entrypoint does not have"
-    if difference is None and (definition.args.vararg or definition.args.kwarg):
+    arguments = definition.args
+    names = [argument.arg for argument in (*arguments.posonlyargs, *arguments.args)]
+    defaulted = frozenset(names[len(names) - len(arguments.defaults) :])
+    keywords = [
+        (argument.arg, default is not None)
+        for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+    ]
+    difference = parameter_difference(names, defaulted)
+    required = [name for name, has_default in keywords if not has_default]
+    if difference is None and required:
+        difference = f"keyword-only parameter `{required[0]}` without a default"
+    if difference is None and (arguments.vararg or arguments.kwarg):
         difference = "`*args` or `**kwargs`, which exo's entrypoint does not have"
     if difference is not None:
         return _missing("entrypoint", "signature differs", difference)
-    return _found("entrypoint", source or "", definition, f"entrypoint({', '.join(names)})")
+    # exo calls entrypoint with its parameters alone: one with a default after them
+    # (exo had `pipe_fifo_paths=None` for four commits in 2026-02) changes nothing here.
+    extra = [*names[len(_expected(names)) :], *(name for name, _ in keywords)]
+    also = f"; with defaults: {', '.join(extra)}" if extra else ""
+    shown = ", ".join(names[: len(_expected(names))])
+    return _found("entrypoint", source or "", definition, f"entrypoint({shown}){also}")
 
 
-def parameter_difference(names: Sequence[str]) -> str | None:
+def parameter_difference(
+    names: Sequence[str], defaulted: frozenset[str] = frozenset()
+) -> str | None:
     """The first way `names` differ from exo's entrypoint parameters; None: they do
-    not (with or without `cancel_receiver`)."""
+    not (with or without `cancel_receiver`, and with any more after them that have
+    defaults, named in `defaulted`)."""
     optional, position = OPTIONAL_PARAMETER
-    expected: list[str] = list(ENTRYPOINT_PARAMETERS)
-    if len(names) > position and names[position] == optional:
-        expected.insert(position, optional)
+    expected = _expected(names)
     for index, (name, wanted) in enumerate(zip(names, expected, strict=False), start=1):
         if name != wanted:
             also = f" (or `{optional}`)" if index == position + 1 else ""
@@ -148,9 +160,20 @@ def parameter_difference(names: Sequence[str]) -> str | None:
     if len(names) < len(expected):
         missing = expected[len(names)]
         return f"parameter {len(names) + 1}, `{missing}`, is missing ({len(names)} given)"
-    if len(names) > len(expected):
-        return f"parameter {len(expected) + 1}, `{names[len(expected)]}`, is one too many"
+    undefaulted = [name for name in names[len(expected) :] if name not in defaulted]
+    if undefaulted:
+        number = names.index(undefaulted[0]) + 1
+        return f"parameter {number}, `{undefaulted[0]}`, is one too many (and has no default)"
     return None
+
+
+def _expected(names: Sequence[str]) -> list[str]:
+    """exo's parameters, with `cancel_receiver` where `names` has it."""
+    optional, position = OPTIONAL_PARAMETER
+    expected: list[str] = list(ENTRYPOINT_PARAMETERS)
+    if len(names) > position and names[position] == optional:
+        expected.insert(position, optional)
+    return expected
 
 
 def worker_run(source: str | None) -> Anchor:
