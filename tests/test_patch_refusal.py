@@ -133,7 +133,10 @@ def test_a_real_local_edit_is_named_with_git_status(tmp_path: Path) -> None:
         "series main does not apply to local edits in exo v1.0.71-40-gabcdef at "
         f"{tmp_path}: {anchors.WORKER_FILE}, hunk 1 ("
     )
-    assert error.details[0] == f"local edits: M {anchors.WORKER_FILE} (git status --porcelain)"
+    assert error.details[0] == (
+        f"local edits: M {anchors.WORKER_FILE} (git status --porcelain); the series applies "
+        "to the files as HEAD has them"
+    )
     assert error.details[-1].startswith(
         f"what to do: set the edits aside (git -C {tmp_path} stash)"
     )
@@ -148,8 +151,23 @@ def test_edits_elsewhere_are_listed_but_not_blamed(tmp_path: Path) -> None:
     error = refused(tmp_path)
     assert str(error).startswith("series main does not fit exo v9.9.9")  # bootstrap.py
     assert error.details[0] == (
-        "local edits (not in the file that does not match): M justfile (git status --porcelain)"
+        "local edits (not what stops the series): M justfile (git status --porcelain); it "
+        "would not apply to the files as HEAD has them either"
     )
+
+
+def test_edits_in_the_failing_file_of_another_exo_are_not_blamed(tmp_path: Path) -> None:
+    """Without its edits the tree would still be another exo: that is what is said."""
+    another_exo(tmp_path)
+    bootstrap = tmp_path / anchors.ENTRYPOINT_FILE
+    bootstrap.write_text(bootstrap.read_text().replace("import loguru", "import loguru  # mine"))
+    error = refused(tmp_path)
+    assert str(error).startswith("series main does not fit exo v9.9.9")
+    assert error.details[0].startswith(
+        f"local edits (not what stops the series): M {anchors.ENTRYPOINT_FILE} (git status"
+    )
+    assert error.details[0].endswith("would not apply to the files as HEAD has them either")
+    assert error.details[-1].startswith("what to do: the stored series fits exo main")
 
 
 def test_a_tree_without_git_says_it_cannot_tell(tmp_path: Path) -> None:

@@ -135,7 +135,12 @@ def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
     mismatch = refusal.Mismatch(
         current.name, WRITTEN_FOR[current.name], direction, failure.path, failure.reason
     )
-    refused = refusal.refuse(tree, mismatch, current.files)
+    refused = refusal.refuse(
+        tree,
+        mismatch,
+        current.files,
+        lambda contents: isinstance(_try(current.diffs, contents, reverse=False), dict),
+    )
     raise PatchError(refused.line, refused.details)
 
 

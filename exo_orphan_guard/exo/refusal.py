@@ -13,7 +13,7 @@ series touches differ from the tree's own HEAD.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
@@ -53,6 +53,9 @@ class GitFacts:
     """`git status --porcelain` lines for the files the series touches."""
     problem: str = ""
     """Why git could not answer (kind `git failed`)."""
+    head_fits: bool | None = None
+    """Where there are local edits: whether the series applies to the files as HEAD
+    has them (the edits set aside); None: not asked, or git could not say."""
 
     @property
     def edited_paths(self) -> frozenset[str]:
@@ -67,11 +70,16 @@ class Refusal:
     details: tuple[str, ...]
 
 
-def gather(tree: Path, files: Sequence[str]) -> GitFacts:
-    """What git says about `tree`: its version and its local edits in `files`. Only a
-    checkout rooted at `tree` counts (a tree unpacked inside another repository is not
-    that repository's exo). Reads only: `--no-optional-locks` keeps `git status` from
-    rewriting the index."""
+Fits = Callable[[Mapping[str, bytes | None]], bool]
+"""Whether the series applies to these contents (path: bytes, None: no such file)."""
+
+
+def gather(tree: Path, files: Sequence[str], fits: Fits | None = None) -> GitFacts:
+    """What git says about `tree`: its version and its local edits in `files`, and,
+    where there are some and `fits` is given, whether the series fits the files as
+    HEAD has them. Only a checkout rooted at `tree` counts (a tree unpacked inside
+    another repository is not that repository's exo). Reads only:
+    `--no-optional-locks` keeps `git status` from rewriting the index."""
     if not (tree / ".git").exists():  # a directory, or a worktree's file
         return GitFacts("not git")
     try:
@@ -86,17 +94,48 @@ def gather(tree: Path, files: Sequence[str]) -> GitFacts:
         failed = described if described.returncode != 0 else status
         lines = failed.stderr.strip().splitlines() or [f"exit code {failed.returncode}"]
         return GitFacts("git failed", problem=lines[-1])
-    return GitFacts(
-        "git",
-        version=described.stdout.strip(),
-        edited=tuple(line for line in status.stdout.splitlines() if line.strip()),
-    )
+    edited = tuple(line for line in status.stdout.splitlines() if line.strip())
+    head_fits = None
+    if edited and fits is not None:
+        head = head_contents(tree, files)
+        head_fits = None if head is None else fits(head)
+    return GitFacts("git", described.stdout.strip(), edited, head_fits=head_fits)
+
+
+def head_contents(tree: Path, files: Sequence[str]) -> dict[str, bytes | None] | None:
+    """`files` as the tree's HEAD has them (None: not in HEAD); None if git fails."""
+    try:
+        listed = _git(tree, "ls-tree", "-r", "--name-only", "HEAD", "--", *files)
+        if listed.returncode != 0:
+            return None
+        present = set(listed.stdout.splitlines())
+        contents: dict[str, bytes | None] = {}
+        for path in files:
+            if path not in present:
+                contents[path] = None
+                continue
+            shown = subprocess.run(
+                ["git", "-C", str(tree), "show", f"HEAD:{path}"],
+                capture_output=True,
+                timeout=GIT_SECONDS,
+                check=False,
+            )
+            if shown.returncode != 0:
+                return None
+            contents[path] = shown.stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return contents
 
 
 def compose(tree: Path, mismatch: Mismatch, found: Sequence[Anchor], facts: GitFacts) -> Refusal:
     """The refusal's first line (what did not match, and in which kind of tree), then
     one line each: local edits, exo's version, every anchor, what to do."""
-    edits_at_fault = mismatch.path in facts.edited_paths
+    # The edits are in the way where the series fits HEAD; where git could not say,
+    # where they touch the file that does not match.
+    edits_at_fault = facts.head_fits is True or (
+        facts.head_fits is None and mismatch.path in facts.edited_paths
+    )
     which = f"exo {facts.version} at {tree}" if facts.kind == "git" else f"the exo tree at {tree}"
     if mismatch.direction == "revert":
         head = f"series {mismatch.series} is in {which} but does not come out again"
@@ -120,8 +159,8 @@ def version_and_anchors(tree: Path) -> tuple[str, ...]:
     return (_version_line(facts), *(f"anchor {a.describe()}" for a in anchors_module.find(tree)))
 
 
-def refuse(tree: Path, mismatch: Mismatch, files: Sequence[str]) -> Refusal:
-    return compose(tree, mismatch, anchors_module.find(tree), gather(tree, files))
+def refuse(tree: Path, mismatch: Mismatch, files: Sequence[str], fits: Fits) -> Refusal:
+    return compose(tree, mismatch, anchors_module.find(tree), gather(tree, files, fits))
 
 
 def _edits_line(facts: GitFacts, at_fault: bool) -> str:
@@ -136,9 +175,16 @@ def _edits_line(facts: GitFacts, at_fault: bool) -> str:
                     "local edits: none (the files the series touches are as the tree's git "
                     "HEAD has them): this is another exo, not an edited one"
                 )
-            where = "" if at_fault else " (not in the file that does not match)"
+            where = "" if at_fault else " (not what stops the series)"
             listed = "; ".join(line.strip() for line in facts.edited)
-            return f"local edits{where}: {listed} (git status --porcelain)"
+            match facts.head_fits:
+                case True:
+                    head = "; the series applies to the files as HEAD has them"
+                case False:
+                    head = "; it would not apply to the files as HEAD has them either"
+                case None:
+                    head = ""
+            return f"local edits{where}: {listed} (git status --porcelain){head}"
 
 
 def _version_line(facts: GitFacts) -> str:
