@@ -222,6 +222,9 @@ def run(
     print_ = fingerprint()
     done = load(results, print_)
     results.parent.mkdir(parents=True, exist_ok=True)
+    # Records of another series or code say nothing about this one: dropped, so the
+    # file holds one line per commit.
+    results.write_text("".join(json.dumps(record) + "\n" for record in done.values()))
     todo = [commit for commit in commits if commit.sha not in done]
     print(f"reach: {len(commits)} trees, {len(commits) - len(todo)} cached ({results})")
     with results.open("a") as out, tempfile.TemporaryDirectory(prefix="eog-reach-") as scratch:
@@ -305,6 +308,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     arguments = parser.parse_args(None if argv is None else list(argv))
     if arguments.step < 1:
         parser.error("--step must be 1 or more")
+    if shutil.which(arguments.python313) is None:
+        parser.error(f"no Python 3.13 at {arguments.python313!r} (make reach PYTHON313=...)")
     records = run(
         arguments.exo_src,
         arguments.start,

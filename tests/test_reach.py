@@ -98,6 +98,20 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     assert not (tmp_path / "w0").exists() and not (tmp_path / "w1").exists()
 
 
+def test_a_run_resumes_from_its_records_and_drops_stale_ones(tmp_path: Path) -> None:
+    repository, (older, newer) = exo_repository(tmp_path)
+    results = tmp_path / "reach.jsonl"
+    stale = {**record(older), "fingerprint": "0" * 16}
+    cached = {**record(newer), "fingerprint": reach.fingerprint(), "apply_line": "cached"}
+    results.write_text(json.dumps(stale) + "\n" + json.dumps(cached) + "\n")
+    records = reach.run(repository, "v1.0.70", "HEAD", 1, results, sys.executable)
+    assert [entry["commit"] for entry in records] == [older, newer]
+    assert records[1]["apply_line"] == "cached" and records[0]["apply_exit"] == 2
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [line["commit"] for line in lines] == [newer, older]
+    assert {line["fingerprint"] for line in lines} == {reach.fingerprint()}
+
+
 def test_the_cache_keeps_only_this_fingerprints_records(tmp_path: Path) -> None:
     results = tmp_path / "reach.jsonl"
     old = {**record("a" * 40), "fingerprint": "0" * 16}

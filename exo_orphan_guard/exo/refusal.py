@@ -1,8 +1,8 @@
 """Why `patch` refuses a tree the stored series does not fit, told as it is.
 
-The series was written for two exact exo trees. Until 0.2 every other tree was
-called "conflicting local edits", which sent users of a pristine exo (another
-release, a fork) looking for edits they never made. A refusal now says which hunk
+The series was written for two exact exo trees. Release 0.1.0 called every other
+tree "conflicting local edits", which sent users of a pristine exo (another release,
+a fork) looking for edits they never made. A refusal now says which hunk
 did not match, which anchors the tree has (`anchors`), which exo it is (`git
 describe`) and what to do; and "local edits" only where git says the files the
 series touches differ from the tree's own HEAD.
