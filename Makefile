@@ -22,7 +22,7 @@ TEST_JOBS ?= 3
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench test-exo dist clean
+.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench reach test-exo dist clean
 
 all: test
 
@@ -126,6 +126,15 @@ bench: $(BIN)/.bench-installed
 # Builds Python 3.13 venvs with exo's dependencies under .cache/exo-venv (kept).
 test-exo: $(BIN)/.installed
 	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(CONFINED) $(BIN)/pytest tests/test_exo_integration.py tests/test_exo_sweeps.py tests/test_exo_uv_real.py tests/test_exo_checks.py -v -rs
+
+# Which of exo's trees `patch apply` reaches (bench/reach.py): every STEP-th first-parent
+# commit from v1.0.61 to main and every release; results cached by commit in
+# bench/results/reach.jsonl, the table in bench/results/reach.md, the picture in
+# docs/img/reach.png.
+STEP ?= 10
+reach: $(BIN)/.bench-installed
+	@test -n "$(EXO_SRC)" || { echo "make reach EXO_SRC=<git clone of exo-explore/exo> [STEP=10]"; exit 2; }
+	$(BIN)/python -m bench.reach --exo-src "$(EXO_SRC)" --step $(STEP) --python313 "$(PYTHON313)"
 
 # Wheel and sdist into dist/, then their metadata checked (twine check --strict).
 dist: $(BIN)/.installed

@@ -141,7 +141,7 @@ def test_local_edits_to_patched_lines_block_revert(tmp_path: Path, series: patch
     main = tmp_path / "src/exo/worker/main.py"
     main.write_bytes(main.read_bytes().replace(b"orphan_guard.prepare_worker()", b"pass"))
     before = snapshot(tmp_path)
-    with pytest.raises(patching.PatchError, match=r"conflicting local edits.*main\.py, hunk"):
+    with pytest.raises(patching.PatchError, match=r"does not come out again.*main\.py, hunk"):
         patching.revert(tmp_path)
     assert snapshot(tmp_path) == before
 

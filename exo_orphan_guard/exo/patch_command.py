@@ -11,8 +11,9 @@ the cover letter) for review, `git am` or a rebase onto a newer exo.
 
 Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do (a
 lock that failed or could not run is a line saying what to run); export: 0 written;
-2 not an exo tree, no series fits, conflicting edits, a bad --source, or an --out that
-cannot be written (nothing changed).
+2 not an exo tree, no series fits, a tree the series does not apply to (the error's
+first line says where, the next ones why and what to do), a bad --source, or an --out
+that cannot be written (nothing changed).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ Action = Literal["check", "apply", "revert", "export"]
 
 
 class PatchCommandError(Exception):
-    """One line for the operator; nothing was changed."""
+    """One line for the operator, then any details indented; nothing was changed."""
 
 
 def run(
@@ -56,7 +57,10 @@ def run(
             case "revert":
                 return _revert(tree, say)
     except (patching.PatchError, uv_project.SourceError) as error:
-        raise PatchCommandError(str(error)) from error
+        details = error.details if isinstance(error, patching.PatchError) else ()
+        raise PatchCommandError(
+            "\n".join([str(error), *(f"  {line}" for line in details)])
+        ) from error
 
 
 def _check(tree: Path, say: Callable[[str], None]) -> int:

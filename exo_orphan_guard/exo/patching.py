@@ -9,6 +9,10 @@ found too: revert takes it back, apply replaces it. All files are patched in mem
 first; only if every hunk applies is anything written, and a failed write puts back
 what was already written. Reverting applies the series backwards, which restores
 the original bytes.
+
+A tree no series fits is refused with what `refusal` finds out about it: the hunk
+that did not match, the anchors, exo's version, local edits only where git sees
+them, and what to do.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
 
+from . import refusal
 from .patch_format import (
     FileDiff,
     HunkMismatchError,
@@ -39,12 +44,21 @@ SERIES_MARKERS: Final[Mapping[str, str]] = {
 }
 """Each series and the file only its exo version has (exo v1.0.71 at fd707de30b42,
 exo main at b5375f8cee43)."""
+WRITTEN_FOR: Final[Mapping[str, str]] = {
+    "v1.0.71": "v1.0.71 (fd707de30b42)",
+    "main": "main (b5375f8cee43)",
+}
 
 TreeState = Literal["applied", "not applied"]
 
 
 class PatchError(Exception):
-    """One line for the operator: what is wrong and where."""
+    """One line for the operator: what is wrong and where (`str()`); `details`: the
+    lines that say why and what to do, where there are some."""
+
+    def __init__(self, line: str, details: Sequence[str] = ()) -> None:
+        super().__init__(line)
+        self.details: tuple[str, ...] = tuple(details)
 
 
 @final
@@ -114,12 +128,20 @@ def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
     for series in earlier:
         if isinstance(_try(series.diffs, _read(tree, series.files), reverse=True), dict):
             return TreeStatus(series, "applied")
-    # Name the failure of the direction that got further: that is where the edit is.
-    failure = max(forward, backward, key=lambda failed: failed.progress)
-    raise PatchError(
-        f"conflicting local edits: series {current.name} neither applies to nor reverts "
-        f"from {tree}: {failure.reason}"
+    # Name the failure of the direction that got further (forward on a tie): where the
+    # tree parts from what the series expects. Nothing has been written.
+    direction: refusal.Direction = "revert" if backward.progress > forward.progress else "apply"
+    failure = backward if direction == "revert" else forward
+    mismatch = refusal.Mismatch(
+        current.name, WRITTEN_FOR[current.name], direction, failure.path, failure.reason
     )
+    refused = refusal.refuse(
+        tree,
+        mismatch,
+        current.files,
+        lambda contents: isinstance(_try(current.diffs, contents, reverse=False), dict),
+    )
+    raise PatchError(refused.line, refused.details)
 
 
 def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
@@ -183,7 +205,8 @@ def _series_for(tree: Path, all_series: Sequence[Series]) -> list[Series]:
     if len(current) != 1:
         known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
         raise PatchError(
-            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}"
+            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}",
+            refusal.version_and_anchors(tree),
         )
     return current + [series for series in fitting if series.earlier]
 
@@ -203,6 +226,7 @@ def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
 @final
 @dataclass(frozen=True, slots=True)
 class _Failure:
+    path: str
     reason: str
     progress: int
     """File diffs applied before this one failed."""
@@ -218,16 +242,24 @@ def _try(
         step = diff.reversed() if reverse else diff
         current = contents[step.path]
         if step.old_path is None and current is not None:
-            return _Failure(f"{step.path} already exists ({patch_name} creates it)", progress)
+            return _Failure(
+                step.path, f"{step.path} already exists ({patch_name} creates it)", progress
+            )
         if step.old_path is not None and current is None:
-            return _Failure(f"{step.path} is missing ({patch_name} changes it)", progress)
+            return _Failure(
+                step.path, f"{step.path} is missing ({patch_name} changes it)", progress
+            )
         try:
             updated = apply_hunks(current or b"", step.hunks)
         except HunkMismatchError as error:
-            return _Failure(f"{step.path}, {error} of {patch_name} does not match", progress)
+            return _Failure(
+                step.path, f"{step.path}, {error} of {patch_name} does not match", progress
+            )
         if step.new_path is None:
             if updated:
-                return _Failure(f"{step.path} differs from what {patch_name} created", progress)
+                return _Failure(
+                    step.path, f"{step.path} differs from what {patch_name} created", progress
+                )
             contents[step.path] = None
         else:
             contents[step.path] = updated

@@ -161,8 +161,8 @@ _COMMANDS: Final[
         "put the guard's hooks into an exo source tree",
         "Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do "
         "(a uv lock that failed is a line saying what to run); export: 0 written; 2 not an "
-        "exo tree, no series fits, conflicting edits, a bad --source, or an --out that "
-        "cannot be written.",
+        "exo tree, no series fits, a tree the series does not apply to (the error says "
+        "where, why and what to do), a bad --source, or an --out that cannot be written.",
         _patch_arguments,
     ),
     (

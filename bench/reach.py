@@ -1,0 +1,336 @@
+"""`make reach EXO_SRC=<exo git dir>`: which exo trees `patch apply` reaches.
+
+    python -m bench.reach --exo-src DIR [--step 10] [--from v1.0.61] [--to main]
+        [--results bench/results/reach.jsonl] [--python313 PATH] [--no-plot]
+
+Walks exo's first-parent history from `--from` to `--to` (`git rev-list
+--first-parent FROM^..TO`), every `--step`th commit (the first, and `--to`, always),
+plus every release tag between them (some sit on release branches, off the
+first-parent line). For each: `git archive` into a temporary directory; the anchors
+(`exo_orphan_guard.exo.anchors`); `exo-orphan-guard patch apply --no-lock` as a
+user runs it; where it applies, the hooks present, the changed Python files compiled
+by Python 3.13 (`py_compile`, its cache kept out of the tree) and `patch revert`
+giving back the tree byte for byte. One JSON line per commit goes to the results
+file as soon as it is measured, keyed by commit and a fingerprint of the package
+code that decides (the series, the patch machinery, the anchors): a run resumes
+where the last stopped, and a changed series measures everything again. Then the
+table (`bench.reach_table`) is printed and written beside the results, and the
+picture (`bench.plot_reach`) drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypedDict, cast
+
+from exo_orphan_guard.exo import anchors, patching
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+RESULTS: Final = ROOT / "bench" / "results" / "reach.jsonl"
+SCHEMA: Final = "exo-orphan-guard/reach/1"
+RELEASE: Final = re.compile(r"^v\d+\.\d+\.\d+$")
+HOOKS: Final = (
+    # (file, text): a call each hook makes, as the series writes it.
+    ("src/exo/worker/orphan_guard.py", "def guard_runner("),
+    (anchors.ENTRYPOINT_FILE, "orphan_guard.guard_runner("),
+    (anchors.ENTRYPOINT_FILE, "except orphan_guard.WorkerGone"),
+    (anchors.WORKER_FILE, "orphan_guard.prepare_worker()"),
+    (anchors.WORKER_FILE, "orphan_guard.sweep_at_worker_start"),
+)
+_DECIDING: Final = ("anchors.py", "patching.py", "patch_format.py", "patch_command.py")
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    sha: str
+    date: str
+    """Committer date, ISO 8601."""
+    index: int | None
+    """Position on the first-parent line from `--from` (0), or None: off it."""
+    release: str | None
+    """The release tag at this commit, if any."""
+
+
+class AnchorResult(TypedDict):
+    anchor: str
+    found: bool
+    where: str
+    """`file:line`, or the reason it is missing and what differs."""
+
+
+class Record(TypedDict):
+    schema: str
+    fingerprint: str
+    commit: str
+    date: str
+    first_parent_index: int | None
+    release: str | None
+    describe: str
+    anchors: list[AnchorResult]
+    apply_exit: int
+    apply_line: str
+    """What `patch apply` said first (stdout where it applied, else its error)."""
+    hooks: bool | None
+    compiles: bool | None
+    revert_exact: bool | None
+    reached: bool
+    """Applied, hooks present, compiled, reverted byte for byte."""
+    seconds: float
+
+
+def fingerprint() -> str:
+    """What decides a result: the stored series and the code that applies them."""
+    digest = hashlib.sha256(SCHEMA.encode())
+    exo = Path(anchors.__file__).parent
+    for path in sorted(patching.PATCHES_DIR.rglob("*.patch")):
+        digest.update(path.relative_to(patching.PATCHES_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
+    for name in _DECIDING:
+        digest.update((exo / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def pick(first_parent: Sequence[str], step: int) -> list[int]:
+    """Indices into `first_parent` (oldest first) measured at `step`: every step-th
+    from the first, and the last."""
+    if not first_parent:
+        return []
+    return sorted({*range(0, len(first_parent), step), len(first_parent) - 1})
+
+
+def select(exo_src: Path, start: str, end: str, step: int) -> list[Commit]:
+    # `start^..end`, but `start` may be a root commit (no `start^`): `--not start^@`.
+    listed = _git(exo_src, "rev-list", "--first-parent", "--reverse", end, "--not", f"{start}^@")
+    first_parent = listed.split()
+    chosen = {first_parent[index]: index for index in pick(first_parent, step)}
+    position = {sha: index for index, sha in enumerate(first_parent)}
+    releases: dict[str, str] = {}
+    # Releases after `start`, on the first-parent line or not (v1.0.64 to v1.0.67 sit on
+    # a release branch that main never merged), up to the newest `end` has.
+    newest = _git(exo_src, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", end).strip()
+    for tag in _git(exo_src, "tag", "--contains", start).split():
+        if RELEASE.match(tag) and _version(tag) <= _version(newest):
+            releases[_git(exo_src, "rev-list", "-n1", tag).strip()] = tag
+    wanted = [*chosen, *(sha for sha in releases if sha not in chosen)]
+    dates = dict(
+        line.split(" ", 1)
+        for line in _git(exo_src, "show", "-s", "--format=%H %cI", *wanted).splitlines()
+    )
+    commits = [Commit(sha, dates[sha], position.get(sha), releases.get(sha)) for sha in wanted]
+    return sorted(commits, key=lambda commit: datetime.datetime.fromisoformat(commit.date))
+
+
+def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: str) -> Record:
+    """One tree, from `git archive` to `patch revert`; `work` is emptied after."""
+    started = time.monotonic()
+    tree = work / "tree"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(exo_src), "archive", commit.sha], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    found = anchors.find(tree)
+    before = tree_digest(tree)
+    environment = {**os.environ, "XDG_STATE_HOME": str(work / "state")}  # the undo record
+    applied = _cli(tree, "apply", "--no-lock", environment=environment)
+    hooks = compiles = revert_exact = None
+    if applied.returncode == 0:
+        after = tree_digest(tree)
+        hooks = all(text in _read(tree / file) for file, text in HOOKS)
+        changed = sorted(
+            path for path in after if path.endswith(".py") and after[path] != before.get(path)
+        )
+        # The cache prefix keeps __pycache__ out of the tree, which must revert exactly.
+        compiled = subprocess.run(
+            [python313, "-m", "py_compile", *changed],
+            cwd=tree,
+            stdin=subprocess.DEVNULL,  # with no file named, py_compile would read stdin
+            env={
+                **environment,
+                "PYENV_VERSION": "3.13.0",
+                "PYTHONPYCACHEPREFIX": str(work / "pyc"),
+            },
+            capture_output=True,
+            check=False,
+        )
+        compiles = bool(changed) and compiled.returncode == 0
+        reverted = _cli(tree, "revert", environment=environment)
+        revert_exact = reverted.returncode == 0 and tree_digest(tree) == before
+    # Without the temporary path, a record reads the same from one run to the next.
+    output = (applied.stdout if applied.returncode == 0 else applied.stderr).strip()
+    output = output.replace(str(tree), "<tree>")
+    record = Record(
+        schema=SCHEMA,
+        fingerprint=print_,
+        commit=commit.sha,
+        date=commit.date,
+        first_parent_index=commit.index,
+        release=commit.release,
+        describe=_git(exo_src, "describe", "--tags", "--match", "v[0-9]*", commit.sha).strip(),
+        anchors=[_anchor_result(anchor) for anchor in found],
+        apply_exit=applied.returncode,
+        apply_line=output.splitlines()[0] if output else "",
+        hooks=hooks,
+        compiles=compiles,
+        revert_exact=revert_exact,
+        reached=bool(applied.returncode == 0 and hooks and compiles and revert_exact),
+        seconds=round(time.monotonic() - started, 2),
+    )
+    shutil.rmtree(work)
+    return record
+
+
+def tree_digest(tree: Path) -> dict[str, str]:
+    """Every file's sha256 by its path: equal digests, byte-for-byte equal trees."""
+    return {
+        path.relative_to(tree).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(tree.rglob("*"))
+        if path.is_file() or path.is_symlink()
+    }
+
+
+def load(results: Path, print_: str) -> dict[str, Record]:
+    """The records measured with this fingerprint, by commit (later lines win)."""
+    kept: dict[str, Record] = {}
+    if results.is_file():
+        for line in results.read_text().splitlines():
+            if not line.strip():
+                continue
+            record = cast(Record, json.loads(line))
+            if record.get("schema") == SCHEMA and record.get("fingerprint") == print_:
+                kept[record["commit"]] = record
+    return kept
+
+
+def run(
+    exo_src: Path, start: str, end: str, step: int, results: Path, python313: str
+) -> list[Record]:
+    commits = select(exo_src, start, end, step)
+    print_ = fingerprint()
+    done = load(results, print_)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    # Records of another series or code say nothing about this one: dropped, so the
+    # file holds one line per commit.
+    results.write_text("".join(json.dumps(record) + "\n" for record in done.values()))
+    todo = [commit for commit in commits if commit.sha not in done]
+    print(f"reach: {len(commits)} trees, {len(commits) - len(todo)} cached ({results})")
+    with results.open("a") as out, tempfile.TemporaryDirectory(prefix="eog-reach-") as scratch:
+        for number, commit in enumerate(todo, start=1):
+            record = measure(exo_src, commit, Path(scratch) / commit.sha, python313, print_)
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            done[commit.sha] = record
+            name = commit.release or record["describe"]
+            verdict = "reached" if record["reached"] else "not reached"
+            print(f"  {number}/{len(todo)} {commit.sha[:10]} {name}: {verdict}", flush=True)
+    return [done[commit.sha] for commit in commits]
+
+
+def _anchor_result(anchor: anchors.Anchor) -> AnchorResult:
+    if isinstance(anchor, anchors.Found):
+        return AnchorResult(anchor=anchor.anchor, found=True, where=f"{anchor.file}:{anchor.line}")
+    return AnchorResult(
+        anchor=anchor.anchor, found=False, where=f"{anchor.reason}: {anchor.detail}"
+    )
+
+
+def _cli(
+    tree: Path, *arguments: str, environment: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exo_orphan_guard",
+            "patch",
+            arguments[0],
+            "--exo",
+            str(tree),
+            *arguments[1:],
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        check=False,
+    )
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _git(exo_src: Path, *arguments: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(exo_src), *arguments], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def _version(tag: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", tag)[:3])
+
+
+def _python313() -> str:
+    prefix = subprocess.run(
+        ["pyenv", "prefix", "3.13.0"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return f"{prefix}/bin/python3.13" if prefix else "python3.13"
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    from . import reach_table
+
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reach", description=(__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--exo-src", type=Path, required=True, help="a git clone of exo")
+    parser.add_argument("--step", type=int, default=10, help="every Nth first-parent commit")
+    parser.add_argument("--from", dest="start", default="v1.0.61")
+    parser.add_argument("--to", dest="end", default="main")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--python313", default=_python313())
+    parser.add_argument("--no-plot", action="store_true")
+    arguments = parser.parse_args(None if argv is None else list(argv))
+    if arguments.step < 1:
+        parser.error("--step must be 1 or more")
+    if shutil.which(arguments.python313) is None:
+        parser.error(f"no Python 3.13 at {arguments.python313!r} (make reach PYTHON313=...)")
+    records = run(
+        arguments.exo_src,
+        arguments.start,
+        arguments.end,
+        arguments.step,
+        arguments.results,
+        arguments.python313,
+    )
+    command = f"make reach EXO_SRC=<exo clone> STEP={arguments.step}"
+    if (arguments.start, arguments.end) != ("v1.0.61", "main"):
+        command = f"python -m bench.reach --from {arguments.start} --to {arguments.end} ..."
+    table = reach_table.render(records, arguments.step, command, arguments.end)
+    print(table)
+    arguments.results.with_suffix(".md").write_text(table)
+    if not arguments.no_plot:
+        from . import plot_reach
+
+        plot_reach.draw(records, plot_reach.DEFAULT_IMAGE, command)
+        print(f"picture: {plot_reach.DEFAULT_IMAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

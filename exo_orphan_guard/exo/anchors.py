@@ -1,0 +1,286 @@
+"""Where exo's hooks can sit: the anchors that have not moved since exo v1.0.61.
+
+The stored series leans on import blocks and on runner code that churns, so it fits
+two exact trees. These three places have stayed as they are in every release from
+v1.0.61 to v1.0.71, on main (b5375f8) and in the forks looked at (docs/exo.md,
+"Reach"):
+
+- `entrypoint(bound_instance, event_sender, task_receiver, [cancel_receiver,]
+  _logger)` in `src/exo/worker/runner/bootstrap.py`: the runner's first frame, its
+  own task stream in hand (cancel_receiver from v1.0.68 on);
+- `Worker.run` in `src/exo/worker/main.py`, whose first statement is
+  `logger.info("Starting Worker")`: the worker's start;
+- `Shutdown` in `src/exo/shared/types/tasks.py`, a task with `instance_id` (from
+  its base) and `runner_id`: what a live worker sends to end a runner.
+
+They are found with the standard library's `ast`, so a reformatted or reordered file
+still has them, and one that lost them says exactly what it lost. Everything but
+`find` is pure: it takes the source text (None: no such file).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal, final
+
+AnchorName = Literal["entrypoint", "Worker.run", "Shutdown"]
+MissingReason = Literal[
+    "file missing",
+    "file unreadable",
+    "cannot parse",
+    "definition missing",
+    "signature differs",
+    "first statement differs",
+    "field missing",
+]
+
+ENTRYPOINT_FILE: Final = "src/exo/worker/runner/bootstrap.py"
+WORKER_FILE: Final = "src/exo/worker/main.py"
+TASKS_FILE: Final = "src/exo/shared/types/tasks.py"
+
+ENTRYPOINT_PARAMETERS: Final = ("bound_instance", "event_sender", "task_receiver", "_logger")
+OPTIONAL_PARAMETER: Final = ("cancel_receiver", 3)
+"""From exo v1.0.68 on, before `_logger`."""
+WORKER_FIRST_STATEMENT: Final = 'logger.info("Starting Worker")'
+SHUTDOWN_FIELDS: Final = ("instance_id", "runner_id")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Found:
+    anchor: AnchorName
+    file: str
+    """Relative to the tree, `/`-separated."""
+    line: int
+    """The `def` or `class` line (1-based; after any decorators)."""
+    body_line: int
+    """The body's first statement."""
+    indent: str
+    """The body's indentation, as written."""
+    detail: str
+    """What was found, e.g. the parameters."""
+    found: Literal[True] = True
+
+    def describe(self) -> str:
+        return f"{self.anchor}: found, {self.file}:{self.line} ({self.detail})"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Missing:
+    anchor: AnchorName
+    file: str
+    reason: MissingReason
+    detail: str
+    """Which definition, parameter, statement or field, and what is there instead."""
+    found: Literal[False] = False
+
+    def describe(self) -> str:
+        return f"{self.anchor}: missing, {self.file}: {self.reason}: {self.detail}"
+
+
+Anchor = Found | Missing
+FILES: Final[dict[AnchorName, str]] = {
+    "entrypoint": ENTRYPOINT_FILE,
+    "Worker.run": WORKER_FILE,
+    "Shutdown": TASKS_FILE,
+}
+
+
+def find(tree: Path) -> tuple[Anchor, ...]:
+    """Every anchor in the exo tree at `tree`, in the order of `FILES`."""
+    texts: dict[AnchorName, str | Missing | None] = {}
+    for name, relative in FILES.items():
+        try:
+            texts[name] = (tree / relative).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            texts[name] = None
+        except (OSError, UnicodeDecodeError) as error:
+            texts[name] = Missing(name, relative, "file unreadable", str(error))
+    return tuple(
+        text if isinstance(text, Missing) else _LOCATORS[name](text) for name, text in texts.items()
+    )
+
+
+def all_found(anchors: Sequence[Anchor]) -> bool:
+    return all(anchor.found for anchor in anchors)
+
+
+def entrypoint(source: str | None) -> Anchor:
+    """`def entrypoint(...)` at the top level of bootstrap.py, its parameters exo's."""
+    module = _parse("entrypoint", ENTRYPOINT_FILE, source)
+    if isinstance(module, Missing):
+        return module
+    definition = _top_level(module.body, "entrypoint")
+    if definition is None:
+        return _missing("entrypoint", "definition missing", "no top-level `def entrypoint`")
+    if isinstance(definition, ast.AsyncFunctionDef):
+        return _missing("entrypoint", "signature differs", "`entrypoint` is `async def`")
+    if isinstance(definition, ast.ClassDef):
+        return _missing("entrypoint", "definition missing", "`entrypoint` is a class")
+    arguments = definition.args
+    names = [argument.arg for argument in (*arguments.posonlyargs, *arguments.args)]
+    defaulted = frozenset(names[len(names) - len(arguments.defaults) :])
+    keywords = [
+        (argument.arg, default is not None)
+        for argument, default in zip(arguments.kwonlyargs, arguments.kw_defaults, strict=True)
+    ]
+    difference = parameter_difference(names, defaulted)
+    required = [name for name, has_default in keywords if not has_default]
+    if difference is None and required:
+        difference = f"keyword-only parameter `{required[0]}` without a default"
+    if difference is None and (arguments.vararg or arguments.kwarg):
+        difference = "`*args` or `**kwargs`, which exo's entrypoint does not have"
+    if difference is not None:
+        return _missing("entrypoint", "signature differs", difference)
+    # exo calls entrypoint with its parameters alone: one with a default after them
+    # (exo had `pipe_fifo_paths=None` for four commits in 2026-02) changes nothing here.
+    extra = [*names[len(_expected(names)) :], *(name for name, _ in keywords)]
+    also = f"; with defaults: {', '.join(extra)}" if extra else ""
+    shown = ", ".join(names[: len(_expected(names))])
+    return _found("entrypoint", source or "", definition, f"entrypoint({shown}){also}")
+
+
+def parameter_difference(
+    names: Sequence[str], defaulted: frozenset[str] = frozenset()
+) -> str | None:
+    """The first way `names` differ from exo's entrypoint parameters; None: they do
+    not (with or without `cancel_receiver`, and with any more after them that have
+    defaults, named in `defaulted`)."""
+    optional, position = OPTIONAL_PARAMETER
+    expected = _expected(names)
+    for index, (name, wanted) in enumerate(zip(names, expected, strict=False), start=1):
+        if name != wanted:
+            also = f" (or `{optional}`)" if index == position + 1 else ""
+            return f"parameter {index} is `{name}`, expected `{wanted}`{also}"
+    if len(names) < len(expected):
+        missing = expected[len(names)]
+        return f"parameter {len(names) + 1}, `{missing}`, is missing ({len(names)} given)"
+    undefaulted = [name for name in names[len(expected) :] if name not in defaulted]
+    if undefaulted:
+        number = names.index(undefaulted[0]) + 1
+        return f"parameter {number}, `{undefaulted[0]}`, is one too many (and has no default)"
+    return None
+
+
+def _expected(names: Sequence[str]) -> list[str]:
+    """exo's parameters, with `cancel_receiver` where `names` has it."""
+    optional, position = OPTIONAL_PARAMETER
+    expected: list[str] = list(ENTRYPOINT_PARAMETERS)
+    if len(names) > position and names[position] == optional:
+        expected.insert(position, optional)
+    return expected
+
+
+def worker_run(source: str | None) -> Anchor:
+    """`class Worker` with `async def run(self)` whose first statement is
+    `logger.info("Starting Worker")`."""
+    module = _parse("Worker.run", WORKER_FILE, source)
+    if isinstance(module, Missing):
+        return module
+    worker = _top_level(module.body, "Worker")
+    if not isinstance(worker, ast.ClassDef):
+        return _missing("Worker.run", "definition missing", "no top-level `class Worker`")
+    run = _top_level(worker.body, "run")
+    if run is None or isinstance(run, ast.ClassDef):
+        return _missing("Worker.run", "definition missing", "`class Worker` has no method `run`")
+    if not isinstance(run, ast.AsyncFunctionDef):
+        return _missing("Worker.run", "signature differs", "`Worker.run` is not `async def`")
+    names = [argument.arg for argument in (*run.args.posonlyargs, *run.args.args)]
+    if names != ["self"]:
+        return _missing(
+            "Worker.run", "signature differs", f"`Worker.run({', '.join(names)})`, expected `self`"
+        )
+    # Compared as trees: quotes, spacing and comments may differ, the call may not.
+    if ast.dump(run.body[0]) != ast.dump(ast.parse(WORKER_FIRST_STATEMENT).body[0]):
+        written = ast.get_source_segment(source or "", run.body[0]) or ast.unparse(run.body[0])
+        shown = written.splitlines()[0][:80]
+        return _missing(
+            "Worker.run",
+            "first statement differs",
+            f"`{shown}` at line {run.body[0].lineno}, expected `{WORKER_FIRST_STATEMENT}`",
+        )
+    return _found("Worker.run", source or "", run, f"first statement `{WORKER_FIRST_STATEMENT}`")
+
+
+def shutdown(source: str | None) -> Anchor:
+    """`class Shutdown` with `instance_id` and `runner_id`, declared in it or in a base
+    class of the same module (exo declares `instance_id` in `BaseTask`)."""
+    module = _parse("Shutdown", TASKS_FILE, source)
+    if isinstance(module, Missing):
+        return module
+    classes = {node.name: node for node in module.body if isinstance(node, ast.ClassDef)}
+    task = classes.get("Shutdown")
+    if task is None:
+        return _missing("Shutdown", "definition missing", "no top-level `class Shutdown`")
+    declared = _fields(task, classes, frozenset())
+    for field in SHUTDOWN_FIELDS:
+        if field not in declared:
+            return _missing(
+                "Shutdown",
+                "field missing",
+                f"`Shutdown` has no `{field}` (in itself or a base class of {TASKS_FILE})",
+            )
+    bases = ", ".join(ast.unparse(base) for base in task.bases)
+    origins = ", ".join(f"{field} from {declared[field]}" for field in SHUTDOWN_FIELDS)
+    return _found("Shutdown", source or "", task, f"Shutdown({bases}): {origins}")
+
+
+_LOCATORS: Final = {"entrypoint": entrypoint, "Worker.run": worker_run, "Shutdown": shutdown}
+
+
+def _parse(name: AnchorName, file: str, source: str | None) -> ast.Module | Missing:
+    if source is None:
+        return Missing(name, file, "file missing", f"no {file}")
+    try:
+        return ast.parse(source, filename=file)
+    except SyntaxError as error:
+        return Missing(name, file, "cannot parse", f"line {error.lineno}: {error.msg}")
+
+
+def _top_level(
+    body: Sequence[ast.stmt], name: str
+) -> ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | None:
+    """The last definition of `name` in `body`: the one Python keeps."""
+    found: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | None = None
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and (
+            node.name == name
+        ):
+            found = node
+    return found
+
+
+def _fields(
+    node: ast.ClassDef, classes: dict[str, ast.ClassDef], seen: frozenset[str]
+) -> dict[str, str]:
+    """Annotated fields: name -> the class that declares it (its own first)."""
+    fields: dict[str, str] = {}
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id in classes and base.id not in seen:
+            fields.update(_fields(classes[base.id], classes, seen | {node.name}))
+    for statement in node.body:
+        if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            fields[statement.target.id] = node.name
+    return fields
+
+
+def _found(
+    name: AnchorName,
+    source: str,
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+    detail: str,
+) -> Found:
+    first = node.body[0]
+    # ast counts \r\n, \r and \n as line ends, and nothing else (str.splitlines does more)
+    line = re.split(r"\r\n|\r|\n", source)[first.lineno - 1]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    return Found(name, FILES[name], node.lineno, first.lineno, indent, detail)
+
+
+def _missing(name: AnchorName, reason: MissingReason, detail: str) -> Missing:
+    return Missing(name, FILES[name], reason, detail)

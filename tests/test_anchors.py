@@ -1,0 +1,289 @@
+"""The anchors the hooks can sit on, found with `ast` in made-up sources (each way one
+can be lost is named), and, with EXO_SRC, in every exo release since v1.0.61 and main."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.exo import anchors
+from exo_orphan_guard.exo.anchors import Found, Missing
+from tests.helpers.exo_trees import exo_src
+
+BOOTSTRAP = """\
+import os
+
+from exo.shared.types.worker.instances import BoundInstance
+
+
+def helper() -> None:
+    pass
+
+
+def entrypoint(
+    bound_instance: BoundInstance,
+    event_sender: MpSender[Event],
+    task_receiver: MpReceiver[Task],
+    cancel_receiver: MpReceiver[TaskId],
+    _logger: "loguru.Logger",
+) -> None:
+    global logger
+    logger = _logger
+"""
+
+WORKER = """\
+class Worker:
+    def __init__(self) -> None:
+        self.x = 1
+
+    async def run(self):
+        logger.info( 'Starting Worker' )  # quotes and spacing are not the anchor
+
+        info_send, info_recv = channel[GatheredInfo]()
+"""
+
+TASKS = """\
+class BaseTask(TaggedModel):
+    task_id: TaskId = Field(default_factory=TaskId)
+    instance_id: InstanceId
+
+
+class Shutdown(BaseTask):  # emitted by Worker
+    runner_id: RunnerId
+"""
+
+
+def missing(anchor: anchors.Anchor) -> Missing:
+    assert isinstance(anchor, Missing), anchor
+    return anchor
+
+
+def test_entrypoint_is_found_with_its_lines_and_indentation() -> None:
+    found = anchors.entrypoint(BOOTSTRAP)
+    assert found == Found(
+        "entrypoint",
+        anchors.ENTRYPOINT_FILE,
+        line=10,
+        body_line=17,
+        indent="    ",
+        detail="entrypoint(bound_instance, event_sender, task_receiver, cancel_receiver, _logger)",
+    )
+    assert found.describe() == (f"entrypoint: found, {anchors.ENTRYPOINT_FILE}:10 ({found.detail})")
+
+
+def test_entrypoint_before_v1_0_68_has_no_cancel_receiver_and_tabs_are_kept() -> None:
+    source = "def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n\tpass\n"
+    found = anchors.entrypoint(source)
+    assert isinstance(found, Found) and found.indent == "\t" and found.body_line == 2
+
+
+@pytest.mark.parametrize(
+    ("parameters", "detail"),
+    [
+        (
+            "bound_instance, event_sender, tasks, _logger",
+            "parameter 3 is `tasks`, expected `task_receiver`",
+        ),
+        (
+            "bound_instance, event_sender, task_receiver, cancel, _logger",
+            "parameter 4 is `cancel`, expected `_logger` (or `cancel_receiver`)",
+        ),
+        (
+            "bound_instance, event_sender, task_receiver",
+            "parameter 4, `_logger`, is missing (3 given)",
+        ),
+        (
+            "bound_instance, event_sender, task_receiver, _logger, extra",
+            "parameter 5, `extra`, is one too many (and has no default)",
+        ),
+        (
+            "bound_instance, event_sender, task_receiver, _logger, *, extra",
+            "keyword-only parameter `extra` without a default",
+        ),
+        (
+            "bound_instance, event_sender, task_receiver, _logger, **options",
+            "`*args` or `**kwargs`, which exo's entrypoint does not have",
+        ),
+    ],
+)
+def test_a_different_signature_names_the_parameter(parameters: str, detail: str) -> None:
+    lost = missing(anchors.entrypoint(f"def entrypoint({parameters}):\n    pass\n"))
+    assert (lost.reason, lost.detail) == ("signature differs", detail)
+    assert lost.describe() == (
+        f"entrypoint: missing, {anchors.ENTRYPOINT_FILE}: signature differs: {detail}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "reason", "detail"),
+    [
+        (None, "file missing", f"no {anchors.ENTRYPOINT_FILE}"),
+        ("def entrypoint(:\n", "cannot parse", "line 1: invalid syntax"),
+        ("def main(): pass\n", "definition missing", "no top-level `def entrypoint`"),
+        (
+            "class Runner:\n    def entrypoint(self): pass\n",
+            "definition missing",
+            "no top-level `def entrypoint`",
+        ),
+        (
+            "async def entrypoint(bound_instance, event_sender, task_receiver, _logger): pass\n",
+            "signature differs",
+            "`entrypoint` is `async def`",
+        ),
+    ],
+)
+def test_a_lost_entrypoint_says_how(source: str | None, reason: str, detail: str) -> None:
+    lost = missing(anchors.entrypoint(source))
+    assert (lost.file, lost.reason, lost.detail) == (anchors.ENTRYPOINT_FILE, reason, detail)
+
+
+def test_more_parameters_with_defaults_keep_the_anchor() -> None:
+    """exo's main line had `pipe_fifo_paths=None` after `_logger` for four commits
+    (v1.0.63-185 to -188, 2026-02-17): exo's call, and a hook at the top, do not mind."""
+    source = BOOTSTRAP.replace(
+        '    _logger: "loguru.Logger",\n',
+        '    _logger: "loguru.Logger",\n    pipe_fifo_paths: tuple[str, str] | None = None,\n'
+        "    *,\n    debug: bool = False,\n",
+    )
+    found = anchors.entrypoint(source)
+    assert isinstance(found, Found)
+    assert found.detail == (
+        "entrypoint(bound_instance, event_sender, task_receiver, cancel_receiver, _logger); "
+        "with defaults: pipe_fifo_paths, debug"
+    )
+
+
+def test_the_last_definition_is_the_one_python_keeps() -> None:
+    source = BOOTSTRAP + "\n\ndef entrypoint(bound_instance):\n    pass\n"
+    lost = missing(anchors.entrypoint(source))
+    assert lost.detail == "parameter 2, `event_sender`, is missing (1 given)"
+
+
+def test_worker_run_is_found_by_its_first_statement_as_a_tree() -> None:
+    found = anchors.worker_run(WORKER)
+    assert isinstance(found, Found)
+    assert (found.line, found.body_line, found.indent) == (5, 6, "        ")
+
+
+@pytest.mark.parametrize(
+    ("source", "reason", "detail"),
+    [
+        (None, "file missing", f"no {anchors.WORKER_FILE}"),
+        ("class Node:\n    pass\n", "definition missing", "no top-level `class Worker`"),
+        (
+            "class Worker:\n    async def start(self): pass\n",
+            "definition missing",
+            "`class Worker` has no method `run`",
+        ),
+        (
+            "class Worker:\n    def run(self):\n        logger.info('Starting Worker')\n",
+            "signature differs",
+            "`Worker.run` is not `async def`",
+        ),
+        (
+            "class Worker:\n    async def run(self, tg):\n        logger.info('Starting Worker')\n",
+            "signature differs",
+            "`Worker.run(self, tg)`, expected `self`",
+        ),
+        (
+            "class Worker:\n    async def run(self):\n        '''Run.'''\n"
+            "        logger.info('Starting Worker')\n",
+            "first statement differs",
+            "`'''Run.'''` at line 3, expected `logger.info(\"Starting Worker\")`",
+        ),
+        (
+            "class Worker:\n    async def run(self):\n        logger.debug('Starting Worker')\n",
+            "first statement differs",
+            "`logger.debug('Starting Worker')` at line 3, "
+            'expected `logger.info("Starting Worker")`',
+        ),
+    ],
+)
+def test_a_lost_worker_run_says_how(source: str | None, reason: str, detail: str) -> None:
+    lost = missing(anchors.worker_run(source))
+    assert (lost.file, lost.reason, lost.detail) == (anchors.WORKER_FILE, reason, detail)
+
+
+def test_shutdown_is_found_with_a_field_from_its_base() -> None:
+    found = anchors.shutdown(TASKS)
+    assert isinstance(found, Found)
+    assert (found.line, found.body_line) == (6, 7)
+    assert found.detail == "Shutdown(BaseTask): instance_id from BaseTask, runner_id from Shutdown"
+
+
+@pytest.mark.parametrize(
+    ("source", "reason", "detail"),
+    [
+        (None, "file missing", f"no {anchors.TASKS_FILE}"),
+        ("class Stop(BaseTask):\n    runner_id: str\n", "definition missing", None),
+        (
+            TASKS.replace("runner_id: RunnerId", "runner: RunnerId"),
+            "field missing",
+            "`Shutdown` has no `runner_id`",
+        ),
+        (
+            TASKS.replace("    instance_id: InstanceId\n", ""),
+            "field missing",
+            "`Shutdown` has no `instance_id`",
+        ),
+        # Bases that name each other: looked at once each.
+        (
+            "class A(B):\n    x: int\nclass B(A):\n    y: int\n"
+            "class Shutdown(A):\n    runner_id: str\n",
+            "field missing",
+            "`Shutdown` has no `instance_id`",
+        ),
+    ],
+)
+def test_a_lost_shutdown_says_how(source: str | None, reason: str, detail: str | None) -> None:
+    lost = missing(anchors.shutdown(source))
+    assert (lost.file, lost.reason) == (anchors.TASKS_FILE, reason)
+    assert detail is None or lost.detail.startswith(detail), lost.detail
+
+
+def test_find_reads_a_tree_and_says_which_file_is_missing(tmp_path: Path) -> None:
+    for relative, text in (
+        (anchors.ENTRYPOINT_FILE, BOOTSTRAP),
+        (anchors.WORKER_FILE, WORKER),
+    ):
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(text)
+    (tmp_path / anchors.TASKS_FILE).parent.mkdir(parents=True)
+    (tmp_path / anchors.TASKS_FILE).write_bytes(b"\xff\xfe not utf-8")
+    found = anchors.find(tmp_path)
+    assert [anchor.anchor for anchor in found] == ["entrypoint", "Worker.run", "Shutdown"]
+    assert found[0].found and found[1].found and not anchors.all_found(found)
+    assert missing(found[2]).reason == "file unreadable"
+    (tmp_path / anchors.TASKS_FILE).unlink()
+    assert missing(anchors.find(tmp_path)[2]).reason == "file missing"
+
+
+RELEASES = [f"v1.0.{minor}" for minor in range(61, 72)]
+
+
+# main, and the main-line commit whose entrypoint had a defaulted sixth parameter.
+@pytest.mark.parametrize("ref", [*RELEASES, "b5375f8cee43", "a962a28af"])
+def test_every_release_since_v1_0_61_and_main_has_every_anchor(ref: str) -> None:
+    source = exo_src()
+
+    def show(relative: str) -> str | None:
+        shown = subprocess.run(
+            ["git", "-C", str(source), "show", f"{ref}:{relative}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return shown.stdout if shown.returncode == 0 else None
+
+    found = (
+        anchors.entrypoint(show(anchors.ENTRYPOINT_FILE)),
+        anchors.worker_run(show(anchors.WORKER_FILE)),
+        anchors.shutdown(show(anchors.TASKS_FILE)),
+    )
+    assert anchors.all_found(found), [anchor.describe() for anchor in found]
+    entry = found[0]
+    assert isinstance(entry, Found)
+    with_cancel = ref not in RELEASES or int(ref.rsplit(".", 1)[1]) >= 68  # not 69
+    assert ("cancel_receiver" in entry.detail) == with_cancel

@@ -1,0 +1,260 @@
+"""A tree the stored series does not fit is refused honestly: which hunk, which anchors,
+which exo (git describe), "local edits" only where git sees them, what to do; and
+nothing in the tree (or its git index) changes.
+
+The trees are small fake exos made in tmp, git repositories of their own: the files
+the series expects (tests/test_patching.py's `build_tree`), with real Python where
+the anchors live."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.exo import anchors, patching, refusal
+from exo_orphan_guard.tools import cli
+from tests.test_patching import SERIES, build_tree, snapshot
+
+GIT = ["git", "-c", "user.name=exo-orphan-guard test", "-c", "user.email=test@invalid"]
+MAIN = next(series for series in SERIES if series.name == "main")
+
+BOOTSTRAP = """\
+import loguru
+
+from exo.utils.channels import MpReceiver, MpSender
+
+
+def entrypoint(
+    bound_instance: BoundInstance,
+    event_sender: MpSender[Event],
+    task_receiver: MpReceiver[Task],
+    cancel_receiver: MpReceiver[TaskId],
+    _logger: "loguru.Logger",
+) -> None:
+    global logger
+    logger = _logger
+"""
+WORKER = """\
+class Worker:
+    async def run(self):
+        logger.info("Starting Worker")
+"""
+TASKS = """\
+class BaseTask(TaggedModel):
+    instance_id: InstanceId
+
+
+class Shutdown(BaseTask):
+    runner_id: RunnerId
+"""
+
+
+def git(tree: Path, *arguments: str) -> str:
+    return subprocess.run(
+        [*GIT, "-C", str(tree), *arguments], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def fitting_tree(tree: Path, *, tag: str | None = None) -> dict[str, bytes]:
+    """The tree the main series fits, plus the one anchor file it does not touch; a git
+    repository at one commit if `tag` is given."""
+    build_tree(tree, MAIN)
+    (tree / anchors.TASKS_FILE).parent.mkdir(parents=True)
+    (tree / anchors.TASKS_FILE).write_text(TASKS)
+    if tag is not None:
+        commit(tree, tag)
+    return snapshot(tree)
+
+
+def another_exo(tree: Path, *, tag: str | None = "v9.9.9") -> None:
+    """A pristine exo of another version: bootstrap.py and main.py differ from what the
+    series expects (as exo v1.0.70's do from v1.0.71's), the anchors are in place."""
+    fitting_tree(tree)
+    (tree / anchors.ENTRYPOINT_FILE).write_text(BOOTSTRAP)
+    (tree / anchors.WORKER_FILE).write_text(WORKER)
+    if tag is not None:
+        commit(tree, tag)
+
+
+def commit(tree: Path, tag: str) -> None:
+    git(tree, "init", "-q")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "exo")
+    git(tree, "tag", tag)
+
+
+def refused(tree: Path) -> patching.PatchError:
+    with pytest.raises(patching.PatchError) as raised:
+        patching.apply(tree)
+    return raised.value
+
+
+def unchanged(tree: Path, before: dict[str, bytes]) -> None:
+    assert snapshot(tree) == before  # the work tree, and .git (its index included)
+
+
+def test_a_pristine_tree_of_another_version_is_not_called_edited(tmp_path: Path) -> None:
+    another_exo(tmp_path)
+    before = snapshot(tmp_path)
+    error = refused(tmp_path)
+    assert str(error).startswith(
+        f"series main does not fit exo v9.9.9 at {tmp_path}: {anchors.ENTRYPOINT_FILE}, hunk 1 ("
+    )
+    assert "0002-" in str(error) and str(error).endswith("does not match; nothing changed")
+    assert "local edits" not in str(error)
+    edits, version, *found, advice = error.details
+    assert edits.startswith("local edits: none (the files the series touches are as the tree's")
+    assert version == "exo version: v9.9.9 (git describe --tags)"
+    assert found == [
+        f"anchor entrypoint: found, {anchors.ENTRYPOINT_FILE}:6 (entrypoint(bound_instance, "
+        "event_sender, task_receiver, cancel_receiver, _logger))",
+        f'anchor Worker.run: found, {anchors.WORKER_FILE}:2 (first statement `logger.info("'
+        'Starting Worker")`)',
+        f"anchor Shutdown: found, {anchors.TASKS_FILE}:5 (Shutdown(BaseTask): instance_id from "
+        "BaseTask, runner_id from Shutdown)",
+    ]
+    assert advice.startswith("what to do: the stored series fits exo main (b5375f8cee43) only")
+    assert f"patch export --exo {tmp_path}" in advice and "am -3" in advice
+    unchanged(tmp_path, before)
+
+
+def test_a_real_local_edit_is_named_with_git_status(tmp_path: Path) -> None:
+    fitting_tree(tmp_path, tag="v1.0.71-40-gabcdef")
+    main = tmp_path / anchors.WORKER_FILE
+    lines = main.read_bytes().splitlines(keepends=True)
+    edited = next(i for i, line in enumerate(lines) if not line.startswith(b"# filler"))
+    lines[edited] = b"# my own change\n"
+    main.write_bytes(b"".join(lines))
+    before = snapshot(tmp_path)
+    error = refused(tmp_path)
+    assert str(error).startswith(
+        "series main does not apply to local edits in exo v1.0.71-40-gabcdef at "
+        f"{tmp_path}: {anchors.WORKER_FILE}, hunk 1 ("
+    )
+    assert error.details[0] == (
+        f"local edits: M {anchors.WORKER_FILE} (git status --porcelain); the series applies "
+        "to the files as HEAD has them"
+    )
+    assert error.details[-1].startswith(
+        f"what to do: set the edits aside (git -C {tmp_path} stash)"
+    )
+    unchanged(tmp_path, before)
+    git(tmp_path, "stash", "-q")  # and with the edit set aside, the series applies
+    assert patching.apply(tmp_path)[1] is True
+
+
+def test_edits_elsewhere_are_listed_but_not_blamed(tmp_path: Path) -> None:
+    another_exo(tmp_path)
+    (tmp_path / "justfile").write_bytes((tmp_path / "justfile").read_bytes() + b"# mine\n")
+    error = refused(tmp_path)
+    assert str(error).startswith("series main does not fit exo v9.9.9")  # bootstrap.py
+    assert error.details[0] == (
+        "local edits (not what stops the series): M justfile (git status --porcelain); it "
+        "would not apply to the files as HEAD has them either"
+    )
+
+
+def test_edits_in_the_failing_file_of_another_exo_are_not_blamed(tmp_path: Path) -> None:
+    """Without its edits the tree would still be another exo: that is what is said."""
+    another_exo(tmp_path)
+    bootstrap = tmp_path / anchors.ENTRYPOINT_FILE
+    bootstrap.write_text(bootstrap.read_text().replace("import loguru", "import loguru  # mine"))
+    error = refused(tmp_path)
+    assert str(error).startswith("series main does not fit exo v9.9.9")
+    assert error.details[0].startswith(
+        f"local edits (not what stops the series): M {anchors.ENTRYPOINT_FILE} (git status"
+    )
+    assert error.details[0].endswith("would not apply to the files as HEAD has them either")
+    assert error.details[-1].startswith("what to do: the stored series fits exo main")
+
+
+def test_a_tree_without_git_says_it_cannot_tell(tmp_path: Path) -> None:
+    another_exo(tmp_path, tag=None)
+    before = snapshot(tmp_path)
+    error = refused(tmp_path)
+    assert str(error).startswith(f"series main does not fit the exo tree at {tmp_path}: ")
+    assert error.details[:2] == (
+        "local edits: cannot tell (not a git tree)",
+        "exo version: unknown (not a git tree)",
+    )
+    unchanged(tmp_path, before)
+
+
+def test_a_tree_inside_another_repository_is_not_that_repositorys_exo(tmp_path: Path) -> None:
+    tree = tmp_path / "vendor" / "exo"
+    another_exo(tree, tag=None)
+    commit(tmp_path, "outer")
+    assert refused(tree).details[1] == "exo version: unknown (not a git tree)"
+
+
+def test_a_missing_anchor_is_named_and_the_advice_says_so(tmp_path: Path) -> None:
+    another_exo(tmp_path, tag=None)
+    (tmp_path / anchors.TASKS_FILE).write_text(TASKS.replace("runner_id", "runner"))
+    error = refused(tmp_path)
+    assert (
+        f"anchor Shutdown: missing, {anchors.TASKS_FILE}: field missing: `Shutdown` has no "
+        "`runner_id`"
+    ) in error.details[-2]
+    assert error.details[-1].startswith("what to do: this tree lacks Shutdown, which every exo")
+
+
+def test_a_tree_patched_then_edited_does_not_come_out_and_says_where(tmp_path: Path) -> None:
+    fitting_tree(tmp_path, tag="v1.0.71")
+    patching.apply(tmp_path)
+    main = tmp_path / anchors.WORKER_FILE
+    main.write_bytes(main.read_bytes().replace(b"orphan_guard.prepare_worker()", b"pass"))
+    before = snapshot(tmp_path)
+    with pytest.raises(patching.PatchError) as raised:
+        patching.revert(tmp_path)
+    assert str(raised.value).startswith(
+        f"series main is in exo v1.0.71 at {tmp_path} but does not come out again: "
+        f"{anchors.WORKER_FILE}, hunk"
+    )
+    assert raised.value.details[-1].startswith(
+        f"what to do: the series' lines in {anchors.WORKER_FILE} were changed after apply"
+    )
+    unchanged(tmp_path, before)
+
+
+def test_the_cli_refuses_with_exit_code_2_the_line_then_the_details(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    another_exo(tmp_path)
+    before = snapshot(tmp_path)
+    assert cli.main(["patch", "apply", "--exo", str(tmp_path), "--no-lock"]) == 2
+    first, *rest = capsys.readouterr().err.splitlines()
+    assert first.startswith("exo-orphan-guard: error: series main does not fit exo v9.9.9")
+    assert len(rest) == 6 and all(line.startswith("  ") for line in rest)
+    assert rest[1] == "  exo version: v9.9.9 (git describe --tags)"
+    assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 2
+    assert "does not fit" in capsys.readouterr().err
+    unchanged(tmp_path, before)
+
+
+def test_no_series_fits_says_the_version_and_the_anchors(tmp_path: Path) -> None:
+    another_exo(tmp_path)
+    (tmp_path / patching.SERIES_MARKERS["main"]).unlink()
+    with pytest.raises(patching.PatchError, match="no patch series fits") as raised:
+        patching.check(tmp_path)
+    assert raised.value.details[0] == "exo version: v9.9.9 (git describe --tags)"
+    assert [line.split(":")[0] for line in raised.value.details[1:]] == [
+        "anchor entrypoint",
+        "anchor Worker.run",
+        "anchor Shutdown",
+    ]
+
+
+def test_compose_is_pure_and_names_git_failures() -> None:
+    mismatch = refusal.Mismatch("main", "main (b5375f8cee43)", "apply", "f.py", "f.py, hunk 1")
+    facts = refusal.GitFacts("git failed", problem="detected dubious ownership")
+    composed = refusal.compose(Path("/x"), mismatch, (), facts)
+    assert (
+        composed.line
+        == "series main does not fit the exo tree at /x: f.py, hunk 1; nothing changed"
+    )
+    assert composed.details[:2] == (
+        "local edits: cannot tell (git: detected dubious ownership)",
+        "exo version: unknown (git: detected dubious ownership)",
+    )
