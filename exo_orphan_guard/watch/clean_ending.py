@@ -43,6 +43,7 @@ from loguru import logger
 
 from .. import system
 from ..system.identity import ProcessIdentity
+from . import notice_check
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
 
@@ -86,6 +87,8 @@ class _State:
         self.messages: list[str] = []
         """What the handler hands the logging thread to log."""
         self.log_wake = -1
+        self.armed: notice_check.Armed | None = None
+        """The notice signal as `install` armed it."""
 
 
 _state: _State | None = None
@@ -111,6 +114,7 @@ def install(
     ).start()
     atexit.register(_log_pending, state)
     signal.signal(NOTICE_SIGNAL, _on_notice)
+    state.armed = notice_check.arm(NOTICE_SIGNAL, _on_notice)
     threading.Thread(
         target=_beat_after_the_notice,
         args=(state, notice),
@@ -264,6 +268,15 @@ def _beat_after_the_notice(state: _State, notice: int) -> None:
     except OSError:
         return
     woken = time.monotonic()
+    # The notice signal may have been taken over or blocked: see that the notice gets
+    # through, and tell the watchdog what stood in its way.
+    notice_check.reach(
+        state.armed,
+        deliver=notice_main_thread,
+        tell=lambda news: _tell_watchdog(state, news),
+        entered=lambda: state.entered,
+        beat=lambda: _tell_watchdog(state, HEARTBEAT),
+    )
     while state.entered < woken and state.phase != "ending":
         _tell_watchdog(state, HEARTBEAT)
         time.sleep(HEARTBEAT_SECONDS)
