@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import ending_hazards, native_calls
+from . import ending_hazards, native_calls, notice_blockers
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -56,6 +56,11 @@ RunnerKind = Literal[
     "slowsink",
     "exit",
     "logthread",
+    "dumps",
+    "dumpsread",
+    "dumpslow",
+    "masked",
+    "maskedsleep",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -88,7 +93,14 @@ added with `catch=False`, catching each error but WorkerGone (the notice lands w
 it holds the sink's lock). exit: once asked to shut down, starts a non-daemon thread
 and registers an atexit hook, both with steps left, and returns (its stderr kept for
 the test). logthread: a non-daemon thread logs through its worker's enqueued sink (as
-`loguru`) while the main thread makes GIL-free native calls (as `gilfree`)."""
+`loguru`) while the main thread makes GIL-free native calls (as `gilfree`). dumps:
+`faulthandler.register(SIGUSR1)` once guarded (the usual "dump my stacks" hook, which
+takes the notice over below Python; one thread's stack), then sleeps in Python.
+dumpsread: the same, then waits in one `read` that only the signal's own handler
+interrupts. dumpslow: as dumpsread, its dumps stuck in a full pipe for a while after
+its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms at a
+time. maskedsleep: the same mask, one long sleep
+(`notice_blockers`)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 _LOG_FLOOD_BYTES: Final = 3 * 2**19
 _FLOOD_LINES: Final = 2000
@@ -158,8 +170,12 @@ def runner_main(
         native_calls.break_the_watchdog()
     if slow_fork := os.environ.get(SLOW_FORK_SECONDS_ENV):
         os.register_at_fork(after_in_child=lambda: time.sleep(float(slow_fork)))
+    if kind in ("masked", "maskedsleep"):
+        notice_blockers.block_the_notice()
     _start_watch(watch)
     try:
+        if kind in ("dumps", "dumpsread", "dumpslow"):  # before the report: it is killed then
+            notice_blockers.dump_stacks_on_the_notice(go_file if kind == "dumpslow" else None)
         children: list[int] = []
         if kind == "child":
             children.append(subprocess.Popen(["/bin/sleep", "3600"]).pid)
@@ -252,11 +268,17 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
             time.sleep(float(os.environ.get(SHUTDOWN_SECONDS_ENV, SHUTDOWN_SECONDS)))
         note.write("shut down")
         return
+    while kind == "masked":
+        time.sleep(0.05)
+    if kind in ("dumpsread", "dumpslow"):
+        notice_blockers.wait_in_one_read()
     while kind == "talk":
         print(f"runner {os.getpid()} tick {time.monotonic():.3f}", flush=True)
         time.sleep(0.05)
     if kind == "mlxloop":
         _loop_over_mlx()
+    if kind == "maskedsleep":
+        note.write("asleep")  # the test's cue: in Python until this sleep begins
     while True:
         time.sleep(3600)
 

@@ -215,6 +215,13 @@ def become_child_subreaper() -> bool:
 
 
 @_backed
+def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
+    """Whether a thread of this process (its native id) blocks the signal now; None
+    where another thread's signal mask cannot be read (only Linux shows it)."""
+    raise NotImplementedError
+
+
+@_backed
 def close_inherited_files(lowest: int) -> None:
     """Close every fd >= `lowest`, without a close() per possible fd number where the
     OS allows (on macOS `closerange` loops over all 65,535 of exo's soft limit)."""

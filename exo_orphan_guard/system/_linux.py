@@ -114,6 +114,20 @@ def descendants(pid: int) -> list[Pid]:
     return found
 
 
+def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
+    try:
+        status = _read_all(f"/proc/self/task/{thread}/status")
+    except OSError:
+        return None  # that thread is gone
+    for line in status.splitlines():
+        if line.startswith(b"SigBlk:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (signal_number - 1) & 1)
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
 def close_inherited_files(lowest: int) -> None:
     """One close_range(2) call on Linux >= 5.9 (CPython's `closerange`)."""
     soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -130,6 +130,11 @@ def descendants(pid: int) -> list[Pid]:
     )
 
 
+def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
+    """Only a thread's own mask is readable here (`pthread_sigmask`)."""
+    return None
+
+
 def close_inherited_files(lowest: int, fd_dir: str = "/dev/fd") -> None:
     """Close the open fds >= `lowest`, listed from `fd_dir`: a few close() calls instead
     of `closerange`'s one per possible number (65,535 at exo's soft limit on macOS)."""

@@ -40,7 +40,7 @@ from typing import Final, Literal, final
 from loguru import logger
 
 from ..system.identity import ProcessIdentity
-from . import widowed
+from . import notice_check, widowed
 from .tree_kill import kill_strays
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
@@ -86,6 +86,8 @@ class _State:
         self.messages: list[str] = []
         """What the handler hands the logging thread to log."""
         self.log_wake = -1
+        self.armed: notice_check.Armed | None = None
+        """The notice signal as `install` armed it."""
 
 
 _state: _State | None = None
@@ -111,6 +113,7 @@ def install(
     ).start()
     atexit.register(_log_pending, state)
     signal.signal(NOTICE_SIGNAL, _on_notice)
+    state.armed = notice_check.arm(NOTICE_SIGNAL, _on_notice)
     threading.Thread(
         target=_listen_to_the_watchdog,
         args=(state, notice),
@@ -282,6 +285,15 @@ def _listen_to_the_watchdog(state: _State, notice: int) -> None:
 
 def _beat_until_begun(state: _State) -> None:
     woken = time.monotonic()
+    # The notice signal may have been taken over or blocked: see that the notice gets
+    # through, and tell the watchdog what stood in its way.
+    notice_check.reach(
+        state.armed,
+        deliver=notice_main_thread,
+        tell=lambda news: _tell_watchdog(state, news),
+        entered=lambda: state.entered,
+        beat=lambda: _tell_watchdog(state, HEARTBEAT),
+    )
     while state.entered < woken and state.phase != "ending":
         _tell_watchdog(state, HEARTBEAT)
         time.sleep(HEARTBEAT_SECONDS)

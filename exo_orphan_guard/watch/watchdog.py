@@ -45,7 +45,7 @@ from ..records.endings import Ending
 from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 from ..system.settings import WEDGE_SECONDS, busy_bound
-from . import understudy
+from . import notice_check, understudy
 from .clean_ending import (
     AGAIN_SECONDS,
     BEGUN,
@@ -182,9 +182,10 @@ def _watchdog_main(
             if notice is not None:
                 with contextlib.suppress(OSError):
                     os.write(notice, NOTICE)
-            outcome, gil = _await_the_ending(runner, begun, noticed, plan, tree)
+            outcome, gil, found = _await_the_ending(runner, begun, noticed, plan, tree)
             after = time.monotonic() - noticed
-            _record(plan, runner, *_described(outcome, after, gil, plan.grace))
+            how, after, why = _described(outcome, after, gil, plan.grace)
+            _record(plan, runner, how, after, why + notice_check.said(found, NOTICE_SIGNAL))
         kill_runner_tree(runner, group, tree.known)
     except BaseException as error:
         exit_code = 1
@@ -257,6 +258,8 @@ class _Watched:
         self.last_notice = noticed
         self.recorded_gil: Gil | None = None
         self.busy_lines = 0
+        self.notice_found = b""
+        """What stood in the notice's way (`notice_check`)."""
 
     def learn(self, data: bytes, now: float) -> None:
         for byte in data:
@@ -270,6 +273,8 @@ class _Watched:
             elif news == SHELTER_LEFT:
                 self.sheltered = False
                 self.last_notice = now  # its own shutdown done: a second before the next
+            elif news in notice_check.NEWS and news not in self.notice_found:
+                self.notice_found += news
 
     def gil(self, now: float) -> Gil:
         """Free while heartbeats keep coming: two within the silence bound. One alone is
@@ -281,10 +286,10 @@ class _Watched:
 
 def _await_the_ending(
     runner: ProcessIdentity, begun: int, noticed: float, plan: EndingPlan, tree: KnownTree
-) -> tuple[Outcome, Gil]:
+) -> tuple[Outcome, Gil, bytes]:
     """Wait for the runner to begin (a byte) within the busy wait and to exit (EOF, or
     gone) within the grace from then; repeat the notice while it has not exited, and
-    walk its tree every `_WALK_SECONDS`."""
+    walk its tree every `_WALK_SECONDS`. Also answers what stood in the notice's way."""
     watched = _Watched(noticed)
     bound = busy_bound(plan.busy_wait)
     while True:
@@ -292,11 +297,15 @@ def _await_the_ending(
         begun_at = watched.begun_at
         deadline = noticed + bound if begun_at is None else begun_at + plan.grace
         if now >= deadline:
-            return ("busy" if begun_at is None else "hanging"), watched.gil(now)
+            outcome = "busy" if begun_at is None else "hanging"
+            return outcome, watched.gil(now), watched.notice_found
         readable, _, _ = select.select([begun], [], [], min(deadline - now, _CHECK_SECONDS))
         data = os.read(begun, 4096) if readable else None
         if data == b"" or liveness(runner) == "gone":
-            return ("shut down" if watched.shutting_down else "clean"), watched.gil(now)
+            if data:  # what it said before it exited counts too
+                watched.learn(data, now)
+            outcome = "shut down" if watched.shutting_down else "clean"
+            return outcome, watched.gil(now), watched.notice_found
         now = time.monotonic()
         tree.walk(now)
         if data:
@@ -333,7 +342,8 @@ def _note_busy(
                 boot_id=plan.boot_id,
                 at=time.time() - (now - watched.noticed),
                 by=plan.by,
-                why=f"busy in native code, GIL {gil}",
+                why=f"busy in native code, GIL {gil}"
+                + notice_check.said(watched.notice_found, NOTICE_SIGNAL),
                 deadline=watched.noticed + bound + plan.grace,
                 labels=plan.labels,
                 gil=gil,
