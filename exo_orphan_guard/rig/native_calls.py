@@ -111,3 +111,25 @@ def exos_logger() -> Logger:
         logger.add(sys.stderr, format="{message}", level="INFO", enqueue=True)
         exos_logger.done = True  # pyright: ignore[reportFunctionMemberAccess]
     return logger
+
+
+def loop_over_mlx() -> None:
+    """Hold 64 MB in MLX arrays and run small operations on them for ever, steps of a
+    few ms as in a decode loop."""
+    import mlx.core as mx  # pyright: ignore[reportMissingImports]
+
+    held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
+    mx.eval(held)  # pyright: ignore
+    step = held[: 2**20]  # pyright: ignore
+    while True:
+        mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
+
+
+def hold_the_gil_in_native_code() -> None:
+    """Hold the GIL in native code that does not return to Python when the guard's
+    notice comes, as a C++ call that retries on EINTR does (MLX's init): with the
+    notice blocked in this thread, nothing Python runs in the process until it ends."""
+    from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL})
+    ctypes.PyDLL(None).sleep(3600)

@@ -10,7 +10,6 @@ prints one JSON line describing them once they are armed, then waits to be kille
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -236,7 +235,7 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if kind in ("gil", "deaf", "faulty"):
-        hold_the_gil_in_native_code()
+        native_calls.hold_the_gil_in_native_code()
     if kind == "mlxbusy":
         native_calls.one_long_eval_after_another(note)
     if kind == "slowsink":
@@ -276,31 +275,11 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
         print(f"runner {os.getpid()} tick {time.monotonic():.3f}", flush=True)
         time.sleep(0.05)
     if kind == "mlxloop":
-        _loop_over_mlx()
+        native_calls.loop_over_mlx()
     if kind == "maskedsleep":
         note.write("asleep")  # the test's cue: in Python until this sleep begins
     while True:
         time.sleep(3600)
-
-
-def _loop_over_mlx() -> None:
-    import mlx.core as mx  # pyright: ignore[reportMissingImports]
-
-    held = mx.ones((16 * 2**20,), dtype=mx.float32)  # pyright: ignore
-    mx.eval(held)  # pyright: ignore
-    step = held[: 2**20]  # pyright: ignore
-    while True:
-        mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
-
-
-def hold_the_gil_in_native_code() -> None:
-    """Hold the GIL in native code that does not return to Python when the guard's
-    notice comes, as a C++ call that retries on EINTR does (MLX's init): with the
-    notice blocked in this thread, nothing Python runs in the process until it ends."""
-    from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
-
-    signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL})
-    ctypes.PyDLL(None).sleep(3600)
 
 
 def _report(connection: multiprocessing.connection.Connection, report: RunnerReport) -> None:

@@ -29,10 +29,11 @@ from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
 from . import clean_ending
+from .ending_plan import EndingPlan
 from .tree_kill import kill_runner_tree
 from .waiters import WaiterName, usable_waiters, wait_for_exit
 from .watch_plan import ParentDeathSignal, WatchCapabilities, WatchPlan, plan_watch
-from .watchdog import EndingPlan, start_watchdog
+from .watchdog import start_watchdog
 
 _active_plan: WatchPlan | None = None
 

@@ -35,13 +35,11 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Final, Literal, NoReturn, final
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, NoReturn, final
 
 from .. import system
-from ..records import endings
-from ..records.endings import Ending
 from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 from ..system.settings import WEDGE_SECONDS, busy_bound
@@ -57,6 +55,7 @@ from .clean_ending import (
     SHUTTING_DOWN,
     TOOK_OVER,
 )
+from .ending_plan import EndingPlan, Gil, Outcome, described, record, record_begun
 from .tree_kill import KnownTree, kill_runner_tree, signal_verified
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
@@ -72,30 +71,6 @@ _SILENCE_SECONDS: Final = 3.5 * HEARTBEAT_SECONDS
 
 _MAX_BUSY_LINES: Final = 8
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-Outcome = Literal["clean", "shut down", "busy", "hanging"]
-Gil = Literal["held", "free"]
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class EndingPlan:
-    """How the runner ends once its worker is gone, and where that is written down."""
-
-    grace: float
-    """0: killed at once (no clean ending)."""
-    begun: int | None
-    """Read end of the pipe the runner writes one byte to when its ending begins (and
-    that reaches EOF when it exits); None without a clean ending."""
-    endings_path: str | None
-    boot_id: str
-    by: endings.By = "watchdog"
-    labels: Mapping[str, str] = field(default_factory=dict[str, str])
-    why_no_clean_ending: str = ""
-    notice: int | None = None
-    """Write end of the pipe whose byte wakes the runner's heartbeat thread."""
-    busy_wait: float = 0.0
-    """From the notice, how long a runner busy in native code is waited for (0: the
-    wedge bound, `WEDGE_SECONDS`)."""
 
 
 def start_watchdog(
@@ -174,7 +149,7 @@ def _watchdog_main(
         if begun is None:
             # Even if PR_SET_PDEATHSIG took the runner first: its group still holds
             # whatever the runner started, and this process keeps the group id from reuse.
-            _record(plan, runner, "killed", 0.0, plan.why_no_clean_ending)
+            record(plan, runner, "killed", 0.0, plan.why_no_clean_ending)
         else:
             # The runner may have no thread to tell it. It may also be dead already,
             # its pid free for a stranger: the signal goes only to the runner.
@@ -184,8 +159,8 @@ def _watchdog_main(
                     os.write(notice, NOTICE)
             outcome, gil, found = _await_the_ending(runner, begun, noticed, plan, tree)
             after = time.monotonic() - noticed
-            how, after, why = _described(outcome, after, gil, plan.grace)
-            _record(plan, runner, how, after, why + notice_check.said(found, NOTICE_SIGNAL))
+            how, after, why = described(outcome, after, gil, plan.grace)
+            record(plan, runner, how, after, why + notice_check.said(found, NOTICE_SIGNAL))
         kill_runner_tree(runner, group, tree.known)
     except BaseException as error:
         exit_code = 1
@@ -211,20 +186,8 @@ def _took_over(plan: EndingPlan, runner: ProcessIdentity, notice: int | None, de
     if notice is not None:
         with contextlib.suppress(OSError):
             os.write(notice, TOOK_OVER)
-    if plan.endings_path is not None:
-        endings.append(
-            plan.endings_path,
-            Ending(
-                event="watchdog",
-                pid=runner.pid,
-                started=runner.started,
-                boot_id=plan.boot_id,
-                at=time.time(),
-                by=plan.by,
-                why=f"its watchdog {dead} died while it lived; {os.getpid()} took over",
-                labels=plan.labels,
-            ),
-        )
+    why = f"its watchdog {dead} died while it lived; {os.getpid()} took over"
+    record(plan, runner, None, None, why, event="watchdog")
 
 
 def _end_after_a_failure(
@@ -240,7 +203,7 @@ def _end_after_a_failure(
         if liveness(worker) != "gone" or liveness(runner) == "gone":
             return
         why = f"its watchdog failed ({type(error).__name__}: {error}) after its worker died"
-        _record(plan, runner, "killed", None, why)
+        record(plan, runner, "killed", None, why)
         kill_runner_tree(runner, group)
 
 
@@ -311,7 +274,7 @@ def _await_the_ending(
         if data:
             watched.learn(data, now)
             if begun_at is None and watched.begun_at is not None:
-                _record_begun(plan, runner, watched.begun_at + plan.grace)
+                record_begun(plan, runner, watched.begun_at + plan.grace)
         if watched.begun_at is None:
             _note_busy(plan, runner, watched, now, bound)
         elif not watched.sheltered and now - watched.last_notice >= AGAIN_SECONDS:
@@ -332,70 +295,21 @@ def _note_busy(
         return
     watched.recorded_gil = gil
     watched.busy_lines += 1
-    if plan.endings_path is not None:
-        endings.append(
-            plan.endings_path,
-            Ending(
-                event="busy",
-                pid=runner.pid,
-                started=runner.started,
-                boot_id=plan.boot_id,
-                at=time.time() - (now - watched.noticed),
-                by=plan.by,
-                why=f"busy in native code, GIL {gil}"
-                + notice_check.said(watched.notice_found, NOTICE_SIGNAL),
-                deadline=watched.noticed + bound + plan.grace,
-                labels=plan.labels,
-                gil=gil,
-                busy_wait=bound,
-            ),
-        )
-
-
-def _record_begun(plan: EndingPlan, runner: ProcessIdentity, deadline: float) -> None:
-    _record(plan, runner, None, None, "its worker died", deadline=deadline)
-
-
-def _described(
-    outcome: Outcome, after: float, gil: Gil, grace: float
-) -> tuple[endings.How, float, str]:
-    match outcome:
-        case "clean":
-            return "clean", after, "it exited by itself after its worker died"
-        case "shut down":
-            return "clean", after, "it ran its own shutdown and exited by itself"
-        case "busy":
-            return "killed", after, f"busy in native code for {after:.1f} s (GIL {gil})"
-        case "hanging":
-            return "killed", after, f"its clean ending did not finish within the {grace:g} s grace"
-
-
-def _record(
-    plan: EndingPlan,
-    runner: ProcessIdentity,
-    how: endings.How | None,
-    after: float | None,
-    why: str,
-    deadline: float | None = None,
-) -> None:
-    """An `ended` line (`how` given) or a `begun` one (with its `deadline`)."""
-    if plan.endings_path is not None:
-        endings.append(
-            plan.endings_path,
-            Ending(
-                event="begun" if how is None else "ended",
-                pid=runner.pid,
-                started=runner.started,
-                boot_id=plan.boot_id,
-                at=time.time(),
-                by=plan.by,
-                how=how,
-                after_seconds=after,
-                why=why,
-                deadline=deadline,
-                labels=plan.labels,
-            ),
-        )
+    why = f"busy in native code, GIL {gil}" + notice_check.said(watched.notice_found, NOTICE_SIGNAL)
+    deadline = watched.noticed + bound + plan.grace
+    at = time.time() - (now - watched.noticed)
+    record(
+        plan,
+        runner,
+        None,
+        None,
+        why,
+        event="busy",
+        deadline=deadline,
+        at=at,
+        gil=gil,
+        busy_wait=bound,
+    )
 
 
 def _exit_with_runner(
