@@ -56,7 +56,9 @@ def test_an_idle_runner_whose_notice_faulthandler_took_ends_clean_and_says_so(
     )
     after = ended.after[kind]
     assert after is not None, "the runner was left alive"
-    assert after < CLEAN_BOUND, (after, ended.ending(kind))
+    # `dumpslow` is reached by a later notice: they go at most 1.55 s after the first.
+    bound = CLEAN_BOUND + (1.0 if kind == "dumpslow" else 0.0)
+    assert after < bound, (after, ended.ending(kind))
     assert ended.notes[kind] == ["raised", "finally"], ended.notes  # WorkerGone, unwound
     ending = ended.ending(kind)
     assert ending.how == "clean", ending
