@@ -15,9 +15,9 @@ PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
-# confined pid namespace; docs/testing.md has the timings); TEST_JOBS=1 runs them one
-# after another.
-TEST_JOBS ?= 3
+# confined pid namespace; docs/testing.md has the timings and why two); TEST_JOBS=1
+# runs them one after another.
+TEST_JOBS ?= 2
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
