@@ -115,6 +115,14 @@ def start_worker(isolated_environment: Path) -> Iterator[StartWorker]:
         scenarios.cleanup(worker)
 
 
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    """A directory where stand-in runners write what happened to them."""
+    directory = tmp_path / "notes"
+    directory.mkdir()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def exo_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A Python whose environment has exo installed, as far as the sweep can tell."""

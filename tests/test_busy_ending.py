@@ -40,13 +40,6 @@ def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
 
 
-@pytest.fixture
-def notes(tmp_path: Path) -> Path:
-    directory = tmp_path / "notes"
-    directory.mkdir()
-    return directory
-
-
 def kill_when_noted(
     start_worker: StartWorker, kind: RunnerKind, notes: Path, registry: Path, event: str
 ) -> tuple[Ended, dict[str, Any]]:

@@ -95,13 +95,6 @@ def _endings(
 
 
 @pytest.fixture
-def notes(tmp_path: Path) -> Path:
-    directory = tmp_path / "notes"
-    directory.mkdir()
-    return directory
-
-
-@pytest.fixture
 def graced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
     yield

@@ -27,13 +27,6 @@ _READY_SECONDS = 10.0
 
 
 @pytest.fixture
-def notes(tmp_path: Path) -> Path:
-    directory = tmp_path / "notes"
-    directory.mkdir()
-    return directory
-
-
-@pytest.fixture
 def graced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
     yield

@@ -35,13 +35,6 @@ def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
 
 
-@pytest.fixture
-def notes(tmp_path: Path) -> Path:
-    directory = tmp_path / "notes"
-    directory.mkdir()
-    return directory
-
-
 @pytest.mark.parametrize("kind", ["dumps", "dumpsread", "dumpslow"])
 def test_an_idle_runner_whose_notice_faulthandler_took_ends_clean_and_says_so(
     start_worker: StartWorker, notes: Path, isolated_environment: Path, kind: RunnerKind

@@ -37,13 +37,6 @@ BUSY_WAIT = 1.0
 BOUND = BUSY_WAIT + GRACE + 1.5
 
 
-@pytest.fixture
-def notes(tmp_path: Path) -> Path:
-    directory = tmp_path / "notes"
-    directory.mkdir()
-    return directory
-
-
 @pytest.fixture(autouse=True)
 def bounds(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
