@@ -207,3 +207,26 @@ def test_a_sweep_spares_a_watchdog_that_took_over(
         assert ended.after["idle"] is not None and ended.ending("idle").how == "clean"
     finally:
         scenarios.cleanup(worker)
+
+
+def test_the_runner_says_in_one_line_that_its_watchdog_was_taken_over(
+    start_worker: StartWorker,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("EOG_SCENARIO_STDERR", "1")  # the runners' stderr is this test's
+    worker = start_worker(["idle"], notes=notes)
+    (runner,) = worker.runners
+    kill_watchdog(isolated_environment, runner)
+    said: list[str] = []
+
+    def logged() -> bool:
+        said.extend(
+            line for line in capfd.readouterr().err.splitlines() if "understudy took" in line
+        )
+        return bool(said)
+
+    assert wait_until(logged, 5.0), "the runner did not log the takeover"
+    assert len(said) == 1 and f"runner {runner.identity.pid}" in said[0], said
