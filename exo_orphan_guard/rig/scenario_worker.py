@@ -104,8 +104,6 @@ its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms 
 time. maskedsleep: the same mask, one long sleep
 (`notice_blockers`). exoidle, exoload, exoeval: exo-shaped (`exo_runner`)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
-_LOG_FLOOD_BYTES: Final = 3 * 2**19
-_FLOOD_LINES: Final = 2000
 Watch = Literal["guard", "exo", "pr2205", "none"]
 """exo: guarded as exo's patched entrypoint guards its runners (`exo_runner`)."""
 SpawnFrom = Literal["main", "thread"]
@@ -198,43 +196,13 @@ def runner_main(
             raise
         note.write("caught")
         try:
-            _end(kind, worker_end, note)
+            ending_hazards.end_after_catching(kind, worker_end, note)
         except BaseException as problem:
             note.write("ending failed", type=type(problem).__name__, detail=str(problem))
             raise
         note.write("done")
     finally:
         note.write("finally")
-
-
-def _end(kind: RunnerKind, worker_end: WorkerEnd, note: RunnerNotes) -> None:
-    """The clean ending of a runner that caught WorkerGone."""
-    if kind == "hang":
-        from exo_orphan_guard import ending_cleanly
-
-        with ending_cleanly():  # a clean-up of its own that never finishes
-            while True:
-                time.sleep(3600)
-    if (
-        kind == "loguru"
-        and worker_end is not None
-        and not isinstance(worker_end, DupFd | multiprocessing.queues.Queue | tuple)
-    ):
-        line = "x" * 1000
-        for number in range(_LOG_FLOOD_BYTES // len(line) + 1):
-            worker_end.info(f"runner {os.getpid()} releasing part {number}: {line}")
-        note.write("logged", bytes=_LOG_FLOOD_BYTES)
-    if kind == "noisy":
-        from loguru import logger
-
-        for number in range(_FLOOD_LINES):
-            print(f"runner {os.getpid()} shutting down, line {number}", flush=True)
-            print(f"runner {os.getpid()} warning {number}", file=sys.stderr, flush=True)
-            if number % 100 == 0:
-                logger.info(f"runner {os.getpid()} released part {number}")
-    if kind == "queue" and isinstance(worker_end, multiprocessing.queues.Queue):
-        for _ in range(64):
-            worker_end.put(b"x" * 4096)  # 256 KiB: more than the pipe holds
 
 
 def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: WorkerEnd) -> None:

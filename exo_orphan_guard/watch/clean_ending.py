@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import os
 import signal
 import sys
@@ -40,9 +39,8 @@ from typing import Final, Literal, final
 from loguru import logger
 
 from ..system.identity import ProcessIdentity
-from . import notice_check, widowed
+from . import ending_exit, notice_check, widowed
 from .handover import Handover, run_handover
-from .tree_kill import kill_strays
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
 
@@ -177,17 +175,6 @@ def ending_cleanly() -> Generator[None]:
         if state.phase == "ending" and state.sheltered == 0:
             state.last_raised = time.monotonic()
             _tell_watchdog(state, SHELTER_LEFT)
-
-
-def release_memory() -> None:
-    """What the guard does last before a clean exit: collect, and hand MLX's cached
-    buffers back (a no-op unless MLX is loaded)."""
-    gc.collect()
-    mlx = sys.modules.get("mlx.core")
-    clear_cache = getattr(mlx, "clear_cache", None)
-    if callable(clear_cache):
-        with contextlib.suppress(Exception):
-            clear_cache()
 
 
 def _on_notice(signal_number: int, frame: FrameType | None) -> None:
@@ -329,7 +316,7 @@ def _start_handover(state: _State) -> None:
         return
     state.handover_started = True
     # What the program's own shutdown sends goes nowhere now: it must not block on it.
-    widowed.let_go_of(state.worker)
+    ending_exit.prepare(state.me, state.worker)
 
     def taken() -> None:
         state.taken = True
@@ -397,23 +384,6 @@ def _tell_watchdog(state: _State, news: bytes) -> None:
 
 
 def _prepare_to_end(me: ProcessIdentity, worker: ProcessIdentity) -> None:
-    widowed.let_go_of(worker)
+    ending_exit.prepare(me, worker)
     # From now on a sweep's SIGTERM asks for what is already under way.
-    signal.signal(signal.SIGTERM, _already_ending)
-    atexit.register(release_memory)
-    atexit.register(_take_strays_along, me)
-
-
-def _take_strays_along(me: ProcessIdentity) -> None:
-    """At exit, what the runner started outside its group goes with it. Its watchdog
-    may not have walked its tree yet (a runner that ends the clean way is often gone
-    before its watchdog has noticed the worker's death), and once the runner has
-    exited no walk finds them."""
-    if os.getpgrp() != me.pid:
-        return  # no group of its own: the watchdog kills every descendant it found
-    with contextlib.suppress(Exception):
-        kill_strays(me, me.pid)
-
-
-def _already_ending(signal_number: int, frame: FrameType | None) -> None:
-    del signal_number, frame
+    signal.signal(signal.SIGTERM, ending_exit.already_ending)
