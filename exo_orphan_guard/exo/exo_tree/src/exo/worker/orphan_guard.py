@@ -27,10 +27,11 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import cast
 
+from loguru import logger
+
 from exo.shared.types.tasks import Task
 from exo.shared.types.worker.instances import BoundInstance
 from exo.utils.channels import MpReceiver
-from loguru import logger
 
 EXO_ORPHAN_GUARD = os.getenv("EXO_ORPHAN_GUARD", "false").lower() in ("true", "1")
 
@@ -52,10 +53,14 @@ def _hook(name: str) -> object | None:
     return None if hooks is None else cast(object, getattr(hooks, name))
 
 
-def guard_runner(bound_instance: BoundInstance, task_receiver: MpReceiver[Task]) -> None:
+def guard_runner(
+    bound_instance: BoundInstance, task_receiver: MpReceiver[Task]
+) -> None:
     """First in a runner: it ends when its worker dies, through its own Shutdown."""
     if (hook := _hook("guard_exo_runner")) is not None:
-        cast(Callable[[BoundInstance, MpReceiver[Task]], None], hook)(bound_instance, task_receiver)
+        cast(Callable[[BoundInstance, MpReceiver[Task]], None], hook)(
+            bound_instance, task_receiver
+        )
 
 
 def guard_worker() -> None:
