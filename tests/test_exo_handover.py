@@ -23,17 +23,19 @@ from tests.test_clean_ending import Ended
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
 
-GRACE = 6.0
+GRACE = 8.0
 """Twice the window and more: each step has room before the grace ends it."""
-BUSY_WAIT = 2.0
-"""A GIL held for good is killed then; a 1 s native call comes back before it."""
+NATIVE_SECONDS = HANDOVER_SECONDS + 1.0
+"""exoeval's one native call: longer than the window, which opens only once it returns."""
+BUSY_WAIT = NATIVE_SECONDS + 1.5
+"""A GIL held for good is killed then; the native call comes back before it."""
 
 
 @pytest.fixture
 def graced(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(settings.GRACE_ENV, str(GRACE))
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, str(BUSY_WAIT))
-    monkeypatch.setenv("EOG_NATIVE_SECONDS", "1")  # exoeval: back within the window
+    monkeypatch.setenv("EOG_NATIVE_SECONDS", str(NATIVE_SECONDS))
     yield
 
 

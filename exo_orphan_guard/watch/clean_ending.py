@@ -101,6 +101,8 @@ class _State:
         """The first notice's handler has done all it does (a repeat may interrupt
         nothing of it)."""
         self.entered = 0.0
+        self.begun_at: float | None = None
+        """`time.monotonic()` when the main thread began the ending (in Python)."""
         """`time.monotonic()` when the main thread last entered the handler."""
         self.messages: list[str] = []
         """What the handler hands the logging thread to log."""
@@ -196,7 +198,7 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     # run this handler again inside itself: from here on they start nothing more, and
     # the first WorkerGone is still a second away from any repeat.
     state.phase = "ending"
-    state.last_raised = time.monotonic()
+    state.last_raised = state.begun_at = time.monotonic()
     sheltered = state.sheltered > 0 or state.holding
     _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if sheltered else b""))
     widowed.until_every_thread_is_gone(state.worker)
@@ -340,7 +342,12 @@ def _start_handover(state: _State) -> None:
     def run() -> None:
         _tell_watchdog(state, HANDED_OVER)
         run_handover(
-            handover, state.grace, exiting=_exit_under_way, on_taken=taken, escalate=escalate
+            handover,
+            state.grace,
+            in_python_since=lambda: state.begun_at,
+            exiting=_exit_under_way,
+            on_taken=taken,
+            escalate=escalate,
         )
 
     threading.Thread(target=run, name="exo-orphan-guard-handover-window", daemon=True).start()

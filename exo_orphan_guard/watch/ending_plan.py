@@ -76,6 +76,9 @@ def described(
     match outcome:
         case "clean" | "shut down" if steps.step() == "shutdown":
             return "clean", after, "it took its own Shutdown and exited by itself", "shutdown"
+        case "clean" | "shut down" if steps.handed_over and steps.raised:
+            why = "it did not take its own Shutdown in time; WorkerGone was raised, and it exited"
+            return "clean", after, why, "worker_gone"
         case "clean":
             return "clean", after, "it exited by itself after its worker died", steps.step()
         case "shut down":

@@ -3,9 +3,11 @@
 A runner whose program takes shutdown requests on a stream of its own (exo's runner
 takes `Shutdown` tasks on its task stream, at its own safe points) ends best the way
 its live worker would end it: the guard hands it that request and lets its own loop
-take it. Only a runner that has not taken it within `HANDOVER_SECONDS` gets the
-next step (`WorkerGone` on its main thread); the busy wait and the grace bound both,
-as for any runner.
+take it. Only a runner that has not taken it within `HANDOVER_SECONDS` of its main
+thread running Python gets the next step (`WorkerGone` on its main thread): a main
+thread in native code (one long `mx.eval`) is busy, not refusing, and its window
+starts when it comes back. The busy wait and the grace bound both, as for any
+runner.
 
 The heartbeat thread runs the step (`run_handover`), never the signal handler: the
 hand-over goes through queues and locks that the interrupted code may hold.
@@ -58,13 +60,16 @@ def run_handover(
     handover: Handover,
     grace: float,
     *,
+    in_python_since: Callable[[], float | None],
     exiting: Callable[[], bool],
     on_taken: Callable[[], None],
     escalate: Callable[[str], None],
 ) -> None:
-    """Post the request and watch the window: `on_taken` as soon as the program's code
-    has it (then nothing else happens: its shutdown is never interrupted), `escalate`
-    with the reason if the window passes first (or the request cannot be posted)."""
+    """Post the request and watch the window, which opens when `in_python_since` (the
+    `time.monotonic()` the main thread first ran Python after the notice) says: call
+    `on_taken` as soon as the program's code has the request (then nothing else
+    happens: its shutdown is never interrupted), or `escalate` with the reason if the
+    window passes first (or the request cannot be posted)."""
     failed: list[BaseException] = []
 
     def post() -> None:
@@ -75,7 +80,6 @@ def run_handover(
 
     poster = threading.Thread(target=post, name="exo-orphan-guard-handover", daemon=True)
     poster.start()
-    deadline = time.monotonic() + window(grace)
     while True:
         if failed:
             error = failed[0]
@@ -90,7 +94,8 @@ def run_handover(
             return
         if exiting():
             return
-        if time.monotonic() >= deadline:
+        since = in_python_since()
+        if since is not None and time.monotonic() >= since + window(grace):
             escalate(f"{handover.name} was not taken within {window(grace):g} s")
             return
         time.sleep(_LOOK_SECONDS)
