@@ -90,7 +90,6 @@ def _gil() -> None:
 
 def _decode(runner: Any) -> None:
     import mlx.core as mx  # pyright: ignore[reportMissingImports]
-
     from exo.shared.types.common import CommandId  # pyright: ignore
     from exo.shared.types.tasks import TextGeneration  # pyright: ignore
     from exo.shared.types.worker.runners import RunnerReady  # pyright: ignore
