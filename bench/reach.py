@@ -2,6 +2,8 @@
 
     python -m bench.reach --exo-src DIR [--step 10] [--from v1.0.61] [--to main]
         [--results bench/results/reach.jsonl] [--python313 PATH] [--no-plot]
+    python -m bench.reach --exo-src FORK_GIT_DIR --only REV [--only REV ...]
+        --results bench/results/reach-forks.jsonl   (a fork's heads, no history walk)
 
 Walks exo's first-parent history from `--from` to `--to` (`git rev-list
 --first-parent FROM^..TO`), every `--step`th commit (the first, and `--to`, always),
@@ -9,8 +11,10 @@ plus every release tag between them (some sit on release branches, off the
 first-parent line). For each: `git archive` into a temporary directory; the anchors
 (`exo_orphan_guard.exo.anchors`); `exo-orphan-guard patch apply --no-lock` as a
 user runs it; where it applies, the hooks present, the changed Python files compiled
-by Python 3.13 (`py_compile`, its cache kept out of the tree) and `patch revert`
-giving back the tree byte for byte. One JSON line per commit goes to the results
+by Python 3.13 (`py_compile`, its cache kept out of the tree), `ruff check` and
+`ruff format --check` of the changed files with the ruff the tree's own `uv.lock`
+pins (installed once per version under `.cache/ruff/`) and that tree's config, and
+`patch revert` giving back the tree byte for byte. One JSON line per commit goes to the results
 file as soon as it is measured, keyed by commit and a fingerprint of the package
 code that decides (the series, the patch machinery, the anchors): a run resumes
 where the last stopped, and a changed series measures everything again. Then the
@@ -36,21 +40,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypedDict, cast
 
-from exo_orphan_guard.exo import anchors, patching
+from exo_orphan_guard.exo import anchors, patching, placement
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS: Final = ROOT / "bench" / "results" / "reach.jsonl"
 SCHEMA: Final = "exo-orphan-guard/reach/1"
 RELEASE: Final = re.compile(r"^v\d+\.\d+\.\d+$")
 HOOKS: Final = (
-    # (file, text): a call each hook makes, as the series writes it.
+    # (file, text): each hook and its import, as the series writes them.
     ("src/exo/worker/orphan_guard.py", "def guard_runner("),
-    (anchors.ENTRYPOINT_FILE, "orphan_guard.guard_runner("),
-    (anchors.ENTRYPOINT_FILE, "except orphan_guard.WorkerGone"),
-    (anchors.WORKER_FILE, "orphan_guard.prepare_worker()"),
-    (anchors.WORKER_FILE, "orphan_guard.sweep_at_worker_start"),
+    ("src/exo/worker/orphan_guard.py", "def guard_worker("),
+    (anchors.ENTRYPOINT_FILE, "from exo.worker.orphan_guard import guard_runner\n"),
+    (anchors.ENTRYPOINT_FILE, "guard_runner(bound_instance, task_receiver)\n"),
+    (anchors.WORKER_FILE, "from exo.worker.orphan_guard import guard_worker\n"),
+    (anchors.WORKER_FILE, "guard_worker()\n"),
 )
-_DECIDING: Final = ("anchors.py", "patching.py", "patch_format.py", "patch_command.py")
+_DECIDING: Final = (
+    "anchors.py",
+    "patching.py",
+    "patch_format.py",
+    "patch_command.py",
+    "placement.py",
+    "format_patch.py",
+)
+RUFF_CACHE: Final = ROOT / ".cache" / "ruff"
+_RUFF_PIN: Final = re.compile(r'^name = "ruff"\nversion = "([^"]+)"', re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +99,14 @@ class Record(TypedDict):
     """What `patch apply` said first (stdout where it applied, else its error)."""
     hooks: bool | None
     compiles: bool | None
+    ruff: str | None
+    """The ruff version the tree's uv.lock pins (None: no pin)."""
+    ruff_clean: bool | None
+    """`ruff check` and `ruff format --check` of the changed files passed."""
+    ruff_output: str
     revert_exact: bool | None
     reached: bool
-    """Applied, hooks present, compiled, reverted byte for byte."""
+    """Applied, hooks present, compiled, ruff clean, reverted byte for byte."""
     seconds: float
 
 
@@ -98,6 +117,9 @@ def fingerprint() -> str:
     for path in sorted(patching.PATCHES_DIR.rglob("*.patch")):
         digest.update(path.relative_to(patching.PATCHES_DIR).as_posix().encode())
         digest.update(path.read_bytes())
+    for relative, content in placement.new_files().items():
+        digest.update(relative.encode())
+        digest.update(content)
     for name in _DECIDING:
         digest.update((exo / name).read_bytes())
     return digest.hexdigest()[:16]
@@ -146,7 +168,10 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
     before = tree_digest(tree)
     environment = {**os.environ, "XDG_STATE_HOME": str(work / "state")}  # the undo record
     applied = _cli(tree, "apply", "--no-lock", environment=environment)
-    hooks = compiles = revert_exact = None
+    hooks = compiles = revert_exact = ruff_clean = None
+    pinned = _RUFF_PIN.search(_read(tree / "uv.lock"))
+    ruff = pinned.group(1) if pinned else None
+    ruff_output = ""
     if applied.returncode == 0:
         after = tree_digest(tree)
         hooks = all(text in _read(tree / file) for file, text in HOOKS)
@@ -167,6 +192,8 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
             check=False,
         )
         compiles = bool(changed) and compiled.returncode == 0
+        if ruff is not None:
+            ruff_clean, ruff_output = _ruff(ruff, tree, changed)
         reverted = _cli(tree, "revert", environment=environment)
         revert_exact = reverted.returncode == 0 and tree_digest(tree) == before
     # Without the temporary path, a record reads the same from one run to the next.
@@ -179,18 +206,65 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
         date=commit.date,
         first_parent_index=commit.index,
         release=commit.release,
-        describe=_git(exo_src, "describe", "--tags", "--match", "v[0-9]*", commit.sha).strip(),
+        describe=_git(
+            exo_src, "describe", "--tags", "--always", "--match", "v[0-9]*", commit.sha
+        ).strip(),
         anchors=[_anchor_result(anchor) for anchor in found],
         apply_exit=applied.returncode,
         apply_line=output.splitlines()[0] if output else "",
         hooks=hooks,
         compiles=compiles,
+        ruff=ruff,
+        ruff_clean=ruff_clean,
+        ruff_output=ruff_output.replace(str(tree), "<tree>")[:400],
         revert_exact=revert_exact,
-        reached=bool(applied.returncode == 0 and hooks and compiles and revert_exact),
+        reached=bool(
+            applied.returncode == 0
+            and hooks
+            and compiles
+            and ruff_clean is not False
+            and revert_exact
+        ),
         seconds=round(time.monotonic() - started, 2),
     )
     shutil.rmtree(work)
     return record
+
+
+def ruff_binary(version: str) -> Path:
+    """exo's pinned ruff, installed once under `.cache/ruff/<version>`."""
+    target = RUFF_CACHE / version
+    binary = target / "bin" / "ruff"
+    if not binary.exists():
+        subprocess.run(
+            [
+                *(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"),
+                *("--target", str(target), f"ruff=={version}"),
+            ],
+            check=True,
+        )
+    return binary
+
+
+def _ruff(version: str, tree: Path, changed: Sequence[str]) -> tuple[bool, str]:
+    """Both of exo's ruff checks on the changed files, with the tree's own config."""
+    binary = ruff_binary(version)
+    output: list[str] = []
+    ok = True
+    for command in (["check"], ["format", "--check"]):
+        result = subprocess.run(
+            [str(binary), *command, "--no-cache", *changed],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(binary.parent.parent)},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            ok = False
+            output.append((result.stdout + result.stderr).strip())
+    return ok, "\n".join(output)
 
 
 def tree_digest(tree: Path) -> dict[str, str]:
@@ -215,10 +289,26 @@ def load(results: Path, print_: str) -> dict[str, Record]:
     return kept
 
 
+def heads(exo_src: Path, revisions: Sequence[str]) -> list[Commit]:
+    """Single commits (a fork's heads), off exo's first-parent line."""
+    shas = [_git(exo_src, "rev-parse", f"{rev}^{{commit}}").strip() for rev in revisions]
+    dates = dict(
+        line.split(" ", 1)
+        for line in _git(exo_src, "show", "-s", "--format=%H %cI", *shas).splitlines()
+    )
+    return [Commit(sha, dates[sha], None, None) for sha in shas]
+
+
 def run(
-    exo_src: Path, start: str, end: str, step: int, results: Path, python313: str
+    exo_src: Path,
+    start: str,
+    end: str,
+    step: int,
+    results: Path,
+    python313: str,
+    only: Sequence[str] = (),
 ) -> list[Record]:
-    commits = select(exo_src, start, end, step)
+    commits = heads(exo_src, only) if only else select(exo_src, start, end, step)
     print_ = fingerprint()
     done = load(results, print_)
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -305,6 +395,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--python313", default=_python313())
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--only", action="append", default=[], help="measure this revision alone (repeat)"
+    )
     arguments = parser.parse_args(None if argv is None else list(argv))
     if arguments.step < 1:
         parser.error("--step must be 1 or more")
@@ -317,7 +410,12 @@ def main(argv: Iterable[str] | None = None) -> int:
         arguments.step,
         arguments.results,
         arguments.python313,
+        arguments.only,
     )
+    if arguments.only:
+        for record in records:
+            print(json.dumps({key: record[key] for key in ("commit", "describe", "reached")}))
+        return 0
     command = f"make reach EXO_SRC=<exo clone> STEP={arguments.step}"
     if (arguments.start, arguments.end) != ("v1.0.61", "main"):
         command = f"python -m bench.reach --from {arguments.start} --to {arguments.end} ..."
