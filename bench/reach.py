@@ -102,7 +102,10 @@ class Record(TypedDict):
     ruff: str | None
     """The ruff version the tree's uv.lock pins (None: no pin)."""
     ruff_clean: bool | None
-    """`ruff check` and `ruff format --check` of the changed files passed."""
+    """`ruff check` and `ruff format --check` of the changed files find nothing the
+    pristine files did not have already (None: not run)."""
+    ruff_preexisting: bool | None
+    """The pristine files already had findings (a fork that does not run exo's ruff)."""
     ruff_output: str
     revert_exact: bool | None
     reached: bool
@@ -155,22 +158,32 @@ def select(exo_src: Path, start: str, end: str, step: int) -> list[Commit]:
     return sorted(commits, key=lambda commit: datetime.datetime.fromisoformat(commit.date))
 
 
-def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: str) -> Record:
+def measure(
+    exo_src: Path,
+    commit: Commit,
+    work: Path,
+    python313: str,
+    print_: str,
+    paths: Sequence[str] = (),
+) -> Record:
     """One tree, from `git archive` to `patch revert`; `work` is emptied after."""
     started = time.monotonic()
     tree = work / "tree"
     tree.mkdir(parents=True)
     archive = subprocess.run(
-        ["git", "-C", str(exo_src), "archive", commit.sha], capture_output=True, check=True
+        ["git", "-C", str(exo_src), "archive", commit.sha, *paths], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    pinned = _RUFF_PIN.search(_read(tree / "uv.lock"))
+    ruff_version = pinned.group(1) if pinned else None
     found = anchors.find(tree)
     before = tree_digest(tree)
+    touched = [path for path in placement.HOOKED_FILES if (tree / path).is_file()]
+    pristine_ruff = _ruff(ruff_version, tree, touched) if ruff_version and touched else None
     environment = {**os.environ, "XDG_STATE_HOME": str(work / "state")}  # the undo record
     applied = _cli(tree, "apply", "--no-lock", environment=environment)
-    hooks = compiles = revert_exact = ruff_clean = None
-    pinned = _RUFF_PIN.search(_read(tree / "uv.lock"))
-    ruff = pinned.group(1) if pinned else None
+    hooks = compiles = revert_exact = ruff_clean = ruff_preexisting = None
+    ruff = ruff_version
     ruff_output = ""
     if applied.returncode == 0:
         after = tree_digest(tree)
@@ -193,7 +206,13 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
         )
         compiles = bool(changed) and compiled.returncode == 0
         if ruff is not None:
-            ruff_clean, ruff_output = _ruff(ruff, tree, changed)
+            after = _ruff(ruff, tree, changed)
+            ruff_output = "\n".join(after.findings)
+            # Only what the hooks add counts: a fork that does not run exo's ruff has
+            # findings of its own, the same before and after.
+            had: set[str] = set(pristine_ruff.findings) if pristine_ruff else set()
+            ruff_preexisting = bool(had)
+            ruff_clean = set(after.findings) <= had
         reverted = _cli(tree, "revert", environment=environment)
         revert_exact = reverted.returncode == 0 and tree_digest(tree) == before
     # Without the temporary path, a record reads the same from one run to the next.
@@ -216,6 +235,7 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
         compiles=compiles,
         ruff=ruff,
         ruff_clean=ruff_clean,
+        ruff_preexisting=ruff_preexisting,
         ruff_output=ruff_output.replace(str(tree), "<tree>")[:400],
         revert_exact=revert_exact,
         reached=bool(
@@ -246,14 +266,23 @@ def ruff_binary(version: str) -> Path:
     return binary
 
 
-def _ruff(version: str, tree: Path, changed: Sequence[str]) -> tuple[bool, str]:
-    """Both of exo's ruff checks on the changed files, with the tree's own config."""
+@dataclass(frozen=True, slots=True)
+class RuffResult:
+    findings: tuple[str, ...]
+    """Each finding without its line numbers: `ruff check` lines (file, rule, message)
+    and the lines `ruff format --diff` would change."""
+
+
+def _ruff(version: str, tree: Path, files: Sequence[str]) -> RuffResult:
+    """Both of exo's ruff checks on `files`, with the tree's own config."""
     binary = ruff_binary(version)
-    output: list[str] = []
-    ok = True
-    for command in (["check"], ["format", "--check"]):
+    findings: list[str] = []
+    for command in (
+        ["check", "--output-format", "concise"],
+        ["format", "--diff"],
+    ):
         result = subprocess.run(
-            [str(binary), *command, "--no-cache", *changed],
+            [str(binary), *command, "--no-cache", *files],
             cwd=tree,
             env={**os.environ, "PYTHONPATH": str(binary.parent.parent)},
             stdin=subprocess.DEVNULL,
@@ -261,10 +290,23 @@ def _ruff(version: str, tree: Path, changed: Sequence[str]) -> tuple[bool, str]:
             text=True,
             check=False,
         )
-        if result.returncode != 0:
-            ok = False
-            output.append((result.stdout + result.stderr).strip())
-    return ok, "\n".join(output)
+        if result.returncode == 0:
+            continue
+        if command[0] == "check":
+            findings += [
+                re.sub(r":\d+:\d+:", ":", line)
+                for line in result.stdout.splitlines()
+                if re.match(r"^\S+:\d+:\d+: ", line)
+            ]
+        else:
+            findings += [
+                f"format: {line}"
+                for line in result.stdout.splitlines()
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))
+            ]
+        if not findings:  # failed without a finding: ruff itself failed
+            findings.append(f"ruff {command[0]}: {result.stderr.strip()[:200]}")
+    return RuffResult(tuple(findings))
 
 
 def tree_digest(tree: Path) -> dict[str, str]:
@@ -307,6 +349,7 @@ def run(
     results: Path,
     python313: str,
     only: Sequence[str] = (),
+    paths: Sequence[str] = (),
 ) -> list[Record]:
     commits = heads(exo_src, only) if only else select(exo_src, start, end, step)
     print_ = fingerprint()
@@ -319,7 +362,7 @@ def run(
     print(f"reach: {len(commits)} trees, {len(commits) - len(todo)} cached ({results})")
     with results.open("a") as out, tempfile.TemporaryDirectory(prefix="eog-reach-") as scratch:
         for number, commit in enumerate(todo, start=1):
-            record = measure(exo_src, commit, Path(scratch) / commit.sha, python313, print_)
+            record = measure(exo_src, commit, Path(scratch) / commit.sha, python313, print_, paths)
             out.write(json.dumps(record) + "\n")
             out.flush()
             done[commit.sha] = record
@@ -398,6 +441,12 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", default=[], help="measure this revision alone (repeat)"
     )
+    parser.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        help="archive only these paths (a mirror without some large blobs: src, uv.lock, ...)",
+    )
     arguments = parser.parse_args(None if argv is None else list(argv))
     if arguments.step < 1:
         parser.error("--step must be 1 or more")
@@ -411,6 +460,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         arguments.results,
         arguments.python313,
         arguments.only,
+        arguments.path,
     )
     if arguments.only:
         for record in records:

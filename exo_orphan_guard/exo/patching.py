@@ -74,6 +74,8 @@ class Series:
     """(patch file name, file diff), in application order."""
     earlier: bool = False
     """An earlier release's series: found and reverted, never applied."""
+    directory: Path | None = None
+    """Where its patches are (None: computed for one tree, `placed_series`)."""
 
     @property
     def label(self) -> str:
@@ -125,7 +127,7 @@ def _load(directory: Path, name: str, *, earlier: bool) -> Series:
             raise PatchError(f"{patch}: not a usable patch ({error})") from error
     if not diffs:
         raise PatchError(f"no patches in {directory}: the installation is incomplete")
-    return Series(name, tuple(diffs), earlier)
+    return Series(name, tuple(diffs), earlier, directory)
 
 
 def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
@@ -145,10 +147,10 @@ def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
     placed = placement.placement(_read(tree, placement.inputs()))
     if isinstance(placed, placement.Placed):
         return TreeStatus(placed_series(placed), placed.state)
-    raise _refusal(tree, placed, current)
+    raise _refusal(tree, placed)
 
 
-def _refusal(tree: Path, problem: placement.Problem, current: Series | None) -> PatchError:
+def _refusal(tree: Path, problem: placement.Problem) -> PatchError:
     """Why nothing fits: the anchor that is missing, or hooks that are partly in."""
     if problem.anchor is not None:
         mismatch = refusal.Mismatch(
@@ -156,11 +158,7 @@ def _refusal(tree: Path, problem: placement.Problem, current: Series | None) -> 
         )
     else:
         mismatch = refusal.Mismatch(
-            current.name if current is not None else PLACED,
-            WRITTEN_FOR[current.name] if current is not None else "",
-            "revert",
-            problem.file,
-            problem.reason,
+            PLACED, "", "revert", problem.file, problem.reason, kind="partial"
         )
     refused = refusal.refuse(
         tree,

@@ -91,11 +91,6 @@ def patches() -> tuple[tuple[str, ...], ...]:
 def placement(contents: Mapping[str, bytes | None]) -> Placed | Problem:
     """Whether the hooks are in `contents` (every file of `inputs()`) and both
     versions of the tree; or why they cannot be placed."""
-    task = contents.get(anchors.TASKS_FILE)
-    shutdown = anchors.shutdown(None if task is None else task.decode("utf-8", "replace"))
-    if isinstance(shutdown, anchors.Missing):
-        # The runner's hook ends it with exo's own Shutdown task: without one, no place.
-        return Problem(shutdown.file, shutdown.describe(), shutdown)
     added = new_files()
     present = [path for path in added if contents.get(path) is not None]
     blocks: dict[str, tuple[anchors.AnchorName, tuple[str, ...]]] = {
@@ -121,6 +116,11 @@ def placement(contents: Mapping[str, bytes | None]) -> Placed | Problem:
                 return Problem(path, f"{path} has orphan_guard lines where the series puts none")
             original[path] = text
             patched[path] = b"".join([*lines[:index], *wanted, *lines[index:]])
+    task = contents.get(anchors.TASKS_FILE)
+    shutdown = anchors.shutdown(None if task is None else task.decode("utf-8", "replace"))
+    if isinstance(shutdown, anchors.Missing):
+        # The runner's hook ends it with exo's own Shutdown task: without one, no place.
+        return Problem(shutdown.file, shutdown.describe(), shutdown)
     complete = len(found_blocks) == len(blocks) and len(present) == len(added)
     for path in present:
         if contents[path] != added[path]:

@@ -41,8 +41,9 @@ class Mismatch:
     reason: str
     """The file, the hunk and the patch, e.g. `src/..., hunk 1 (@@ ...) of 0002-... does
     not match`; or the anchor that is missing and why."""
-    kind: Literal["hunk", "anchor"] = "hunk"
-    """`anchor`: an anchor the hooks need is missing (`reason` describes it)."""
+    kind: Literal["hunk", "anchor", "partial"] = "hunk"
+    """`anchor`: an anchor the hooks need is missing (`reason` describes it);
+    `partial`: the hooks are in the tree, but not all or not as placed."""
 
 
 @final
@@ -143,6 +144,8 @@ def compose(tree: Path, mismatch: Mismatch, found: Sequence[Anchor], facts: GitF
         head = f"the hooks have no place in the local edits in {which}"
     elif mismatch.kind == "anchor":
         head = f"the hooks have no place in {which}"
+    elif mismatch.kind == "partial":
+        head = f"the hooks are in {which} but do not come out again"
     elif mismatch.direction == "revert":
         head = f"series {mismatch.series} is in {which} but does not come out again"
     elif edits_at_fault:
