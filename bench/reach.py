@@ -25,27 +25,26 @@ picture (`bench.plot_reach`) drawn.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypedDict, cast
 
 from exo_orphan_guard.exo import anchors, patching, placement
 
+from .reach_commits import Commit, git_output, heads, select
+from .reach_ruff import pinned_ruff, ruff_findings
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS: Final = ROOT / "bench" / "results" / "reach.jsonl"
 SCHEMA: Final = "exo-orphan-guard/reach/1"
-RELEASE: Final = re.compile(r"^v\d+\.\d+\.\d+$")
 HOOKS: Final = (
     # (file, text): each hook and its import, as the series writes them.
     ("src/exo/worker/orphan_guard.py", "def guard_runner("),
@@ -63,19 +62,6 @@ _DECIDING: Final = (
     "placement.py",
     "format_patch.py",
 )
-RUFF_CACHE: Final = ROOT / ".cache" / "ruff"
-_RUFF_PIN: Final = re.compile(r'^name = "ruff"\nversion = "([^"]+)"', re.MULTILINE)
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    sha: str
-    date: str
-    """Committer date, ISO 8601."""
-    index: int | None
-    """Position on the first-parent line from `--from` (0), or None: off it."""
-    release: str | None
-    """The release tag at this commit, if any."""
 
 
 class AnchorResult(TypedDict):
@@ -128,36 +114,6 @@ def fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def pick(first_parent: Sequence[str], step: int) -> list[int]:
-    """Indices into `first_parent` (oldest first) measured at `step`: every step-th
-    from the first, and the last."""
-    if not first_parent:
-        return []
-    return sorted({*range(0, len(first_parent), step), len(first_parent) - 1})
-
-
-def select(exo_src: Path, start: str, end: str, step: int) -> list[Commit]:
-    # `start^..end`, but `start` may be a root commit (no `start^`): `--not start^@`.
-    listed = _git(exo_src, "rev-list", "--first-parent", "--reverse", end, "--not", f"{start}^@")
-    first_parent = listed.split()
-    chosen = {first_parent[index]: index for index in pick(first_parent, step)}
-    position = {sha: index for index, sha in enumerate(first_parent)}
-    releases: dict[str, str] = {}
-    # Releases after `start`, on the first-parent line or not (v1.0.64 to v1.0.67 sit on
-    # a release branch that main never merged), up to the newest `end` has.
-    newest = _git(exo_src, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", end).strip()
-    for tag in _git(exo_src, "tag", "--contains", start).split():
-        if RELEASE.match(tag) and _version(tag) <= _version(newest):
-            releases[_git(exo_src, "rev-list", "-n1", tag).strip()] = tag
-    wanted = [*chosen, *(sha for sha in releases if sha not in chosen)]
-    dates = dict(
-        line.split(" ", 1)
-        for line in _git(exo_src, "show", "-s", "--format=%H %cI", *wanted).splitlines()
-    )
-    commits = [Commit(sha, dates[sha], position.get(sha), releases.get(sha)) for sha in wanted]
-    return sorted(commits, key=lambda commit: datetime.datetime.fromisoformat(commit.date))
-
-
 def measure(
     exo_src: Path,
     commit: Commit,
@@ -174,12 +130,13 @@ def measure(
         ["git", "-C", str(exo_src), "archive", commit.sha, *paths], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    pinned = _RUFF_PIN.search(_read(tree / "uv.lock"))
-    ruff_version = pinned.group(1) if pinned else None
+    ruff_version = pinned_ruff(tree)
     found = anchors.find(tree)
     before = tree_digest(tree)
     touched = [path for path in placement.HOOKED_FILES if (tree / path).is_file()]
-    pristine_ruff = _ruff(ruff_version, tree, touched) if ruff_version and touched else None
+    pristine_ruff = None
+    if ruff_version and touched:
+        pristine_ruff = ruff_findings(ruff_version, tree, touched)
     environment = {**os.environ, "XDG_STATE_HOME": str(work / "state")}  # the undo record
     applied = _cli(tree, "apply", "--no-lock", environment=environment)
     hooks = compiles = revert_exact = ruff_clean = ruff_preexisting = None
@@ -206,7 +163,7 @@ def measure(
         )
         compiles = bool(changed) and compiled.returncode == 0
         if ruff is not None:
-            after = _ruff(ruff, tree, changed)
+            after = ruff_findings(ruff, tree, changed)
             ruff_output = "\n".join(after.findings)
             # Only what the hooks add counts: a fork that does not run exo's ruff has
             # findings of its own, the same before and after.
@@ -225,7 +182,7 @@ def measure(
         date=commit.date,
         first_parent_index=commit.index,
         release=commit.release,
-        describe=_git(
+        describe=git_output(
             exo_src, "describe", "--tags", "--always", "--match", "v[0-9]*", commit.sha
         ).strip(),
         anchors=[_anchor_result(anchor) for anchor in found],
@@ -251,64 +208,6 @@ def measure(
     return record
 
 
-def ruff_binary(version: str) -> Path:
-    """exo's pinned ruff, installed once under `.cache/ruff/<version>`."""
-    target = RUFF_CACHE / version
-    binary = target / "bin" / "ruff"
-    if not binary.exists():
-        subprocess.run(
-            [
-                *(sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check"),
-                *("--target", str(target), f"ruff=={version}"),
-            ],
-            check=True,
-        )
-    return binary
-
-
-@dataclass(frozen=True, slots=True)
-class RuffResult:
-    findings: tuple[str, ...]
-    """Each finding without its line numbers: `ruff check` lines (file, rule, message)
-    and the lines `ruff format --diff` would change."""
-
-
-def _ruff(version: str, tree: Path, files: Sequence[str]) -> RuffResult:
-    """Both of exo's ruff checks on `files`, with the tree's own config."""
-    binary = ruff_binary(version)
-    findings: list[str] = []
-    for command in (
-        ["check", "--output-format", "concise"],
-        ["format", "--diff"],
-    ):
-        result = subprocess.run(
-            [str(binary), *command, "--no-cache", *files],
-            cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(binary.parent.parent)},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if result.returncode == 0:
-            continue
-        if command[0] == "check":
-            findings += [
-                re.sub(r":\d+:\d+:", ":", line)
-                for line in result.stdout.splitlines()
-                if re.match(r"^\S+:\d+:\d+: ", line)
-            ]
-        else:
-            findings += [
-                f"format: {line}"
-                for line in result.stdout.splitlines()
-                if line[:1] in "+-" and not line.startswith(("+++", "---"))
-            ]
-        if not findings:  # failed without a finding: ruff itself failed
-            findings.append(f"ruff {command[0]}: {result.stderr.strip()[:200]}")
-    return RuffResult(tuple(findings))
-
-
 def tree_digest(tree: Path) -> dict[str, str]:
     """Every file's sha256 by its path: equal digests, byte-for-byte equal trees."""
     return {
@@ -329,16 +228,6 @@ def load(results: Path, print_: str) -> dict[str, Record]:
             if record.get("schema") == SCHEMA and record.get("fingerprint") == print_:
                 kept[record["commit"]] = record
     return kept
-
-
-def heads(exo_src: Path, revisions: Sequence[str]) -> list[Commit]:
-    """Single commits (a fork's heads), off exo's first-parent line."""
-    shas = [_git(exo_src, "rev-parse", f"{rev}^{{commit}}").strip() for rev in revisions]
-    dates = dict(
-        line.split(" ", 1)
-        for line in _git(exo_src, "show", "-s", "--format=%H %cI", *shas).splitlines()
-    )
-    return [Commit(sha, dates[sha], None, None) for sha in shas]
 
 
 def run(
@@ -406,16 +295,6 @@ def _read(path: Path) -> str:
         return path.read_text()
     except (OSError, UnicodeDecodeError):
         return ""
-
-
-def _git(exo_src: Path, *arguments: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(exo_src), *arguments], capture_output=True, text=True, check=True
-    ).stdout
-
-
-def _version(tag: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", tag)[:3])
 
 
 def _python313() -> str:

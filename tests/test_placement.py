@@ -254,11 +254,10 @@ def archived(revision: str, tree: Path) -> dict[str, bytes]:
 
 def pinned_ruff(tree: Path) -> Path | None:
     """exo's ruff as the tree's uv.lock pins it, if `make reach` cached it."""
-    from bench import reach
+    from bench import reach_ruff
 
-    lock = (tree / "uv.lock").read_text()
-    found = reach._RUFF_PIN.search(lock)  # pyright: ignore[reportPrivateUsage]
-    binary = reach.RUFF_CACHE / found.group(1) / "bin" / "ruff" if found else None
+    version = reach_ruff.pinned_ruff(tree)
+    binary = reach_ruff.RUFF_CACHE / version / "bin" / "ruff" if version else None
     return binary if binary is not None and binary.exists() else None
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import reach, reach_table
+from bench import reach, reach_commits, reach_ruff, reach_table
 from bench.reach import AnchorResult, Record
 from tests.test_patch_refusal import GIT, another_exo, fitting_tree
 
@@ -53,10 +53,10 @@ def record(
 
 
 def test_every_step_th_commit_and_the_last_are_picked() -> None:
-    assert reach.pick([f"c{n}" for n in range(25)], 10) == [0, 10, 20, 24]
-    assert reach.pick([f"c{n}" for n in range(21)], 10) == [0, 10, 20]
-    assert reach.pick(["only"], 10) == [0]
-    assert reach.pick([], 3) == []
+    assert reach_commits.pick([f"c{n}" for n in range(25)], 10) == [0, 10, 20, 24]
+    assert reach_commits.pick([f"c{n}" for n in range(21)], 10) == [0, 10, 20]
+    assert reach_commits.pick(["only"], 10) == [0]
+    assert reach_commits.pick([], 3) == []
 
 
 def exo_repository(tmp_path: Path) -> tuple[Path, list[str]]:
@@ -131,17 +131,17 @@ def test_ruff_findings_are_compared_without_their_line_numbers(
     def binary(version: str) -> Path:
         return ruff
 
-    monkeypatch.setattr(reach, "ruff_binary", binary)
+    monkeypatch.setattr(reach_ruff, "ruff_binary", binary)
     source = tmp_path / "f.py"
     source.write_text("import os\n\nx = [\n    1,2]\n")
-    before = reach._ruff("any", tmp_path, ["f.py"])  # pyright: ignore[reportPrivateUsage]
+    before = reach_ruff.ruff_findings("any", tmp_path, ["f.py"])
     assert any("F401" in finding for finding in before.findings)
     assert any(finding.startswith("format: ") for finding in before.findings)
     source.write_text("# shifted\nimport os\n\nx = [\n    1,2]\n")
-    shifted = reach._ruff("any", tmp_path, ["f.py"])  # pyright: ignore[reportPrivateUsage]
+    shifted = reach_ruff.ruff_findings("any", tmp_path, ["f.py"])
     assert set(shifted.findings) <= set(before.findings)
     source.write_text("import os\nimport sys\n\nx = [\n    1,2]\n")
-    added = reach._ruff("any", tmp_path, ["f.py"])  # pyright: ignore[reportPrivateUsage]
+    added = reach_ruff.ruff_findings("any", tmp_path, ["f.py"])
     assert not set(added.findings) <= set(before.findings)
 
 
