@@ -240,7 +240,9 @@ def test_export_of_a_placed_tree_then_git_am_gives_what_apply_gives(
         "feature: add optional orphan-guard hooks module",
     ]
     cover = (tmp_path / "out" / patching.COVER_LETTER).read_text()
-    assert " 3 files changed, 77 insertions(+)\n" in cover
+    added = sum(data.count(b"\n") for data in placement.new_files().values()) + 8
+    files = len(placement.new_files()) + 2  # and the two calls, four lines each
+    assert f" {files} files changed, {added} insertions(+)\n" in cover
 
 
 def archived(revision: str, tree: Path) -> dict[str, bytes]:
