@@ -255,10 +255,10 @@ def test_without_a_source_the_patched_tree_still_locks_syncs_and_runs_with_the_w
         str(dist.wheel),
         "python",
         "-c",
-        "import exo_orphan_guard.exo.worker as worker, exo_orphan_guard; "
-        "print(exo_orphan_guard.__version__, worker.__name__)",
+        "import exo_orphan_guard.exo.hooks as hooks, exo_orphan_guard; "
+        "print(exo_orphan_guard.__version__, hooks.__name__)",
     )
-    assert f"{__version__} exo_orphan_guard.exo.worker" in ran
+    assert f"{__version__} exo_orphan_guard.exo.hooks" in ran
     assert (tree / "uv.lock").read_bytes() == before["uv.lock"]
 
     reverted = cli(uv_environment, "patch", "revert", "--exo", str(tree))
