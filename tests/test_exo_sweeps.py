@@ -1,7 +1,9 @@
 """The sweeps against real exo, in exo's worker: the default sweep finds the orphan of
-unpatched exo; with the series, ConnectToGroup sweeps first through exo's real Worker
-without stalling its plan loop, and a runner failure is diagnosed and swept through
-exo's real supervisor. Needs EXO_SRC and MLX_LM_SRC, as `test_exo_integration.py`."""
+unpatched exo (at the five versions); with the stored series (v1.0.71 and main, where
+it fits), ConnectToGroup sweeps first through exo's real Worker without stalling its
+plan loop, and a runner failure is diagnosed and swept through exo's real supervisor.
+The new footprint has no hook in `plan_step` or the supervisor: those checks are the
+stored series' alone. Needs EXO_SRC and MLX_LM_SRC, as `test_exo_integration.py`."""
 
 from __future__ import annotations
 
@@ -17,13 +19,15 @@ import pytest
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system.identity import identity_of
-from tests.helpers.exo_trees import COMMITS, exo_tree, exo_venv, exo_worker, run_check
+from tests.helpers.exo_trees import SERIES_VERSIONS, exo_tree, exo_venv, exo_worker, run_check
+from tests.helpers.exo_trees import versions as exo_versions
 
 pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
-versions = pytest.mark.parametrize("version", list(COMMITS))
+all_versions = exo_versions()
+versions = exo_versions(SERIES_VERSIONS)
 
 
-@versions
+@all_versions
 @pytest.mark.machine_wide
 def test_the_default_sweep_finds_and_kills_the_orphan_of_unpatched_exo(
     version: str, exo_work: Path, exo_venv_cache: Path, tmp_path: Path

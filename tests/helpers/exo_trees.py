@@ -1,6 +1,8 @@
-"""Real exo for the tests that need it: throw-away copies of exo (EXO_SRC) at the two
-supported commits, patched or not, their Python 3.13 environments (scripts/exo-venv,
-cached between runs), and exo's real worker and checks run inside them.
+"""Real exo for the tests that need it: throw-away copies of exo (EXO_SRC) at five
+versions (v1.0.61, v1.0.65, v1.0.69, v1.0.71, main), patched or not, their Python
+3.13 environments (scripts/exo-venv, cached between runs, each with the mlx, mlx-lm
+and transformers its own uv.lock pins), and exo's real worker and checks run inside
+them.
 
 Without EXO_SRC (or MLX_LM_SRC where exo's runner must load), a test that asks for
 them is skipped with what to run: `make test-exo EXO_SRC=... MLX_LM_SRC=...`.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import select
@@ -26,6 +29,7 @@ import pytest
 from exo_orphan_guard.exo import patching
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import identity_of
+from tests.exo_support import placement
 from tests.helpers.processes import kill_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +38,41 @@ REPO = Path(__file__).resolve().parents[2]
 SUPPORT = REPO / "tests" / "exo_support"
 
 
-COMMITS = {"v1.0.71": "fd707de30b42", "main": "b5375f8cee43"}
+COMMITS = {
+    "v1.0.61": "4759b09d4c81",
+    "v1.0.65": "281aaeb01348",
+    "v1.0.69": "5327bdde8466",
+    "v1.0.71": "fd707de30b42",
+    "main": "b5375f8cee43",
+}
+"""The exo versions the real-runner checks run at: the first and last release the
+anchors were measured from, two between (the runner a `main()` function up to
+v1.0.65, a `Runner` class in `llm_inference/` from v1.0.69), and main."""
+
+SERIES_VERSIONS = ("v1.0.71", "main")
+"""Where the stored series fits. Elsewhere the tests place the new footprint's hunks
+at the anchors themselves (`tests/exo_support/placement.py`) until `patch apply`
+does it in any tree."""
+
+MLX_LM = {
+    "v1.0.61": "mlx-lm 0.28.3 (PyPI, as exo's uv.lock pins)",
+    "v1.0.65": "PyPI's mlx-lm 0.30.4 for the fork exo pins (AlexCheema/mlx-lm a5daf2b, "
+    "0.30.4, not fetchable here)",
+    "v1.0.69": "rltakashige/mlx-lm d388ff77 (as exo's uv.lock pins)",
+    "v1.0.71": "rltakashige/mlx-lm c7010341 (as exo's uv.lock pins)",
+    "main": "rltakashige/mlx-lm 6a3df6cd (as exo's uv.lock pins)",
+}
+"""What each version's runner environment takes mlx-lm from (scripts/exo-venv)."""
+
+VERSION_IDS = {**{version: version for version in COMMITS}, "v1.0.65": "v1.0.65-pypi-mlx-lm"}
+"""Test ids: v1.0.65's says its mlx-lm is PyPI's, not the fork exo pins."""
+
+
+def versions(only: tuple[str, ...] = tuple(COMMITS)) -> pytest.MarkDecorator:
+    """Parametrise a test over exo versions, with ids that say what each runs on."""
+    return pytest.mark.parametrize(
+        "version", [pytest.param(version, id=VERSION_IDS[version]) for version in only]
+    )
 
 
 HOW_TO_RUN = "run `make test-exo EXO_SRC=/path/to/exo MLX_LM_SRC=/path/to/mlx-lm`"
@@ -72,9 +110,36 @@ def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
         )
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
         if patched:
-            status, changed = patching.apply(target)
-            assert changed and status.series.name == version
+            patch_tree(target, version)
     return target
+
+
+def patch_tree(tree: Path, version: str) -> list[str]:
+    """The hooks into a pristine `tree`: the stored series where it fits, else the new
+    footprint placed at the anchors (until `patch apply` does that). The files it
+    changed, relative to the tree."""
+    if version not in SERIES_VERSIONS:
+        return placement.place_hooks(tree)
+    status, changed = patching.apply(tree)
+    assert changed and status.series.name == version
+    return list(status.series.files)
+
+
+def new_footprint(tree: Path) -> bool:
+    """Whether `tree` carries the new footprint (one call at the top of entrypoint)."""
+    bootstrap = (tree / "src/exo/worker/runner/bootstrap.py").read_text()
+    return placement.RUNNER_LINES[-1] in bootstrap
+
+
+def require_runner_hooks(tree: Path, version: str) -> None:
+    """Skip, saying why, where a guarded runner cannot be tested yet: the new
+    footprint's calls reach `exo_orphan_guard.exo.hooks`, which issue 28 item 1 adds."""
+    if new_footprint(tree) and importlib.util.find_spec("exo_orphan_guard.exo.hooks") is None:
+        pytest.skip(
+            f"exo {version} is patched with the new footprint (guard_runner at the top of "
+            "entrypoint), whose package side exo_orphan_guard/exo/hooks.py (issue 28 "
+            "item 1) is not in this checkout yet: its runner would run unguarded"
+        )
 
 
 def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
@@ -139,6 +204,8 @@ def exo_worker(
 ) -> Generator[dict[str, Any]]:
     """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
     report also names the registry the runner records itself (and its ending) in."""
+    if guard:
+        require_runner_hooks(tree, version)
     scratch = Path(tempfile.mkdtemp(prefix="eog-exo-worker-"))
     stderr = (scratch / "harness.log").open("wb")
     environment = exo_environment(scratch, guard=guard)
