@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.exo import patching, uv_project
+from exo_orphan_guard.exo import anchors, patching, uv_project
 
 from .helpers.dist import locked
 from .helpers.exo_trees import COMMITS, REPO, SERIES_VERSIONS, exo_src, mlx_lm_src, patch_tree
@@ -29,7 +29,10 @@ from .helpers.exo_trees import versions as exo_versions
 
 RUFF = "ruff==0.14.11"
 BASEDPYRIGHT = "basedpyright==1.37.1"
-"""What exo's uv.lock pins at v1.0.71 and main; the same tools check the older trees."""
+"""What exo's uv.lock pins from v1.0.65 to main."""
+RUFF_AT = {"v1.0.61": "ruff==0.14.3"}
+"""Where exo's uv.lock pins another ruff. v1.0.61 locks no basedpyright (its dev
+dependencies leave it out): 1.37.1 checks it too, with v1.0.61's own config."""
 GIT = ["git", "-c", "user.name=exo-orphan-guard test", "-c", "user.email=test@invalid"]
 
 pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
@@ -37,23 +40,35 @@ all_versions = exo_versions()
 versions = exo_versions(SERIES_VERSIONS)
 
 
-@pytest.fixture(scope="session")
-def tools() -> Path:
-    """A venv with exo's ruff and basedpyright, made once, under a lock: the passes of
-    `make test` run side by side and share .cache/ (and without exo, no tools)."""
-    exo_src()
-    venv = REPO / ".cache" / "exo-tools"
-    marker = venv / f".installed-{RUFF}-{BASEDPYRIGHT}"
+def tool_venv(name: str, *packages: str) -> Path:
+    """A venv under .cache/ with `packages`, made once, under a lock: the passes of
+    `make test` run side by side and share .cache/. Its bin directory."""
+    venv = REPO / ".cache" / name
+    marker = venv / f".installed-{'-'.join(packages)}"
     venv.parent.mkdir(exist_ok=True)
     with locked(venv.parent / ".exo-tools.lock"):
         if not marker.exists():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
             subprocess.run(
-                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", RUFF, BASEDPYRIGHT],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages],
                 check=True,
             )
             marker.touch()
     return venv / "bin"
+
+
+@pytest.fixture(scope="session")
+def tools() -> Path:
+    """exo's ruff and basedpyright (and without exo, no tools)."""
+    exo_src()
+    return tool_venv("exo-tools", RUFF, BASEDPYRIGHT)
+
+
+def ruff_at(version: str, tools: Path) -> Path:
+    """The ruff exo's uv.lock pins at `version`."""
+    if version not in RUFF_AT:
+        return tools / "ruff"
+    return tool_venv(f"exo-tools-{RUFF_AT[version].replace('==', '-')}", RUFF_AT[version]) / "ruff"
 
 
 def pristine(root: Path, version: str) -> Path:
@@ -128,15 +143,12 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
 ) -> None:
     tree = pristine(tmp_path, version)
     files = [path for path in patch_tree(tree, version) if path.endswith(".py")]
+    ruff = ruff_at(version, tools)
     for check in (["check"], ["format", "--check"]):
-        ruff = subprocess.run(
-            [str(tools / "ruff"), *check, *files],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            check=False,
+        checked = subprocess.run(
+            [str(ruff), *check, *files], cwd=tree, capture_output=True, text=True, check=False
         )
-        assert ruff.returncode == 0, ruff.stdout + ruff.stderr
+        assert checked.returncode == 0, checked.stdout + checked.stderr
     cache = Path(os.environ.get("EXO_VENV_CACHE", REPO / ".cache" / "exo-venv"))
     python = exo_python(tree, cache)
     for with_package in (False, True):
@@ -145,9 +157,22 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
         assert checked.returncode == 0, f"with package: {with_package}\n{checked.stdout}"
         assert summary == ["0 errors, 0 warnings, 0 notes"], checked.stdout
 
-    # The same check fails on the earlier release's series: it can fail.
     if version not in SERIES_VERSIONS:
+        # The same checks fail on the runner's hunk made wrong (no blank line after
+        # its import, an argument missing): they can fail.
+        bootstrap = tree / anchors.ENTRYPOINT_FILE
+        text = bootstrap.read_text()
+        placed = "guard_runner\n\n    guard_runner(bound_instance, task_receiver)"
+        assert placed in text
+        bootstrap.write_text(text.replace(placed, "guard_runner\n    guard_runner(bound_instance)"))
+        formatted = subprocess.run(
+            [str(ruff), "format", "--check", str(bootstrap)], cwd=tree, capture_output=True
+        )
+        assert formatted.returncode != 0
+        checked = basedpyright(tools, tree, python, files, package_path)
+        assert checked.returncode != 0 and "reportCallIssue" in checked.stdout, checked.stdout
         return
+    # The same check fails on the earlier release's series: it can fail.
     patching.revert(tree)
     earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
     patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
