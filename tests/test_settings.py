@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exo_orphan_guard.system import settings
@@ -94,3 +96,19 @@ def test_an_explicit_grace_on_the_command_line_has_no_floor() -> None:
     parsed = build_parser().parse_args(["sweep", "--grace", "0.2"])
     assert parsed.grace == 0.2
     assert build_parser().parse_args(["exec", "--grace", "1e-9", "--", "true"]).grace == 1e-9
+
+
+def test_the_registry_follows_exo_home_and_keeps_reading_the_former_one() -> None:
+    home = settings.former_registry_dir().parent.parent
+    moved = {settings.EXO_HOME_ENV: ".exo-b"}
+    assert settings.registry_dir(moved) == home / ".exo-b" / "orphan-guard"
+    assert settings.registry_dirs(moved) == (
+        home / ".exo-b" / "orphan-guard",
+        home / ".exo" / "orphan-guard",
+    )
+    assert settings.registry_dirs({}) == (home / ".exo" / "orphan-guard",)
+    assert settings.registry_dirs({settings.EXO_HOME_ENV: ".exo"}) == (
+        home / ".exo" / "orphan-guard",
+    )
+    # An explicit directory is the only one: an operator's choice is not second-guessed.
+    assert settings.registry_dirs({**moved, settings.DIR_ENV: "/x"}) == (Path("/x"),)

@@ -20,6 +20,7 @@ from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_direc
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper import killing
 from exo_orphan_guard.sweeper.sweeping import sweep
+from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
@@ -355,3 +356,28 @@ def test_usage_errors_are_one_line_with_exit_code_2(
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert "Traceback" not in captured.err
+
+
+def test_with_exo_home_set_the_former_registry_is_still_swept(
+    planted: list[ProcessIdentity],
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Records a guard wrote before EXO_HOME counted (in ~/.exo/orphan-guard) are read
+    beside those in exo's home: their runners' orphans are killed all the same."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv(settings.EXO_HOME_ENV, ".exo-elsewhere")
+    monkeypatch.delenv(settings.DIR_ENV)
+    assert settings.registry_dir() == home / ".exo-elsewhere" / "orphan-guard"
+    former, _ = Registry.open(home / ".exo" / "orphan-guard", create=True)
+    assert former is not None
+    orphan = start_orphan(["/bin/sleep", "701"])
+    planted.append(orphan)
+    former.write(_claim(orphan, ProcessIdentity(Pid(os.getpid()), 1.0), started=orphan.started))
+    report = sweep(grace=0.2, fingerprint=False)
+    assert [verdict.pid for verdict in report.targets] == [orphan.pid], report
+    assert liveness(orphan) == "gone"
+    assert report.registry is not None
+    assert report.registry.parent == home / ".exo-elsewhere" / "orphan-guard"

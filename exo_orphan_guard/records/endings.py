@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Final, Literal, TypeVar, cast, final
+from typing import Final, Literal, TypeVar, cast, final, get_args
 
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
@@ -43,6 +43,13 @@ Event = Literal["busy", "begun", "ended", "watchdog"]
 Gil = Literal["held", "free"]
 How = Literal["clean", "killed"]
 By = Literal["watchdog", "watch", "sweep", "exec"]
+Step = Literal["shutdown", "worker_gone", "exit", "busy_wait", "grace", "at_once"]
+"""`ended` only: which step of the ending ended the runner. `shutdown`: its program's
+own Shutdown, handed to it on its task stream (exo's runners); `worker_gone`: the
+`WorkerGone` raised on its main thread; `exit`: it exited with neither; `busy_wait`:
+killed, its main thread still in native code; `grace`: killed, its clean ending over
+the grace; `at_once`: killed at once (no clean ending)."""
+STEPS: Final[tuple[Step, ...]] = get_args(Step)
 
 
 @final
@@ -69,6 +76,8 @@ class Ending:
     """`busy` only: whether the runner's main thread holds the GIL in its native call."""
     busy_wait: float | None = None
     """`busy` only: seconds from the notice (`at`) until it is killed unless it returns."""
+    step: Step | None = None
+    """`ended` only, where known: which step of the ending ended the runner."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -92,6 +101,8 @@ class Ending:
         if self.event == "busy":
             document["gil"] = self.gil
             document["busy_wait_s"] = self.busy_wait
+        if self.step is not None:
+            document["step"] = self.step
         line = json.dumps(document, sort_keys=True).encode() + b"\n"
         if len(line) > _MAX_LINE_BYTES:  # one write stays atomic: drop what makes it long
             return replace(self, labels={}, why=self.why[:200]).to_line()
@@ -116,7 +127,14 @@ def append(path: Path | str, ending: Ending) -> bool:
 
 
 def record_killed(
-    base: Path, runner: ProcessIdentity, boot_id: str, *, by: By, why: str, after: float
+    base: Path,
+    runner: ProcessIdentity,
+    boot_id: str,
+    *,
+    by: By,
+    why: str,
+    after: float,
+    step: Step | None = None,
 ) -> bool:
     """Append a hard kill of `runner` to this host's file in the registry at `base`,
     if there is one."""
@@ -131,6 +149,7 @@ def record_killed(
         how="killed",
         after_seconds=after,
         why=why,
+        step=step,
     )
     return registry is not None and append(registry.path / ENDINGS_NAME, ending)
 
@@ -187,6 +206,7 @@ def parse_line(line: bytes) -> Ending | None:
         labels={str(key): str(value) for key, value in cast(dict[object, object], labels).items()},
         gil=gil if (gil := fields.get("gil")) in ("held", "free") else None,
         busy_wait=_number_or(fields.get("busy_wait_s"), None),
+        step=step if (step := fields.get("step")) in STEPS else None,
     )
 
 

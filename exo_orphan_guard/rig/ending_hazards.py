@@ -6,10 +6,12 @@ native code."""
 from __future__ import annotations
 
 import atexit
+import multiprocessing.queues
 import os
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, cast
 
 from . import native_calls
 from .notes import RunnerNotes
@@ -17,6 +19,8 @@ from .notes import RunnerNotes
 if TYPE_CHECKING:
     from loguru import Logger
 
+_LOG_FLOOD_BYTES: Final = 3 * 2**19
+_FLOOD_LINES: Final = 2000
 SLOW_SINK_SECONDS: Final = 0.005
 """How long the `slowsink` runner's sink takes to write a line: the main thread spends
 nearly all its time inside the sink, holding its lock."""
@@ -109,3 +113,33 @@ def _log_until(note: RunnerNotes, logger: Logger, stop: threading.Event) -> None
             time.sleep(THREAD_LINE_SECONDS)
     finally:
         note.write("thread finally", lines=lines)
+
+
+def end_after_catching(kind: str, worker_end: object, note: RunnerNotes) -> None:
+    """The clean ending of a stand-in runner that caught WorkerGone: `hang` never
+    finishes it; `loguru` logs more than its worker's sink pipe holds; `noisy` floods
+    its widowed stdout, stderr and log; `queue` fills its worker's queue."""
+    if kind == "hang":
+        from exo_orphan_guard import ending_cleanly
+
+        with ending_cleanly():  # a clean-up of its own that never finishes
+            while True:
+                time.sleep(3600)
+    info: object = getattr(worker_end, "info", None)
+    if kind == "loguru" and callable(info):
+        line = "x" * 1000
+        for number in range(_LOG_FLOOD_BYTES // len(line) + 1):
+            info(f"runner {os.getpid()} releasing part {number}: {line}")
+        note.write("logged", bytes=_LOG_FLOOD_BYTES)
+    if kind == "noisy":
+        from loguru import logger
+
+        for number in range(_FLOOD_LINES):
+            print(f"runner {os.getpid()} shutting down, line {number}", flush=True)
+            print(f"runner {os.getpid()} warning {number}", file=sys.stderr, flush=True)
+            if number % 100 == 0:
+                logger.info(f"runner {os.getpid()} released part {number}")
+    if kind == "queue" and isinstance(worker_end, multiprocessing.queues.Queue):
+        queue = cast("multiprocessing.queues.Queue[bytes]", worker_end)
+        for _ in range(64):
+            queue.put(b"x" * 4096)  # 256 KiB: more than the pipe holds

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import ending_hazards, native_calls, notice_blockers
+from . import ending_hazards, exo_runner, native_calls, notice_blockers
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -60,6 +60,9 @@ RunnerKind = Literal[
     "dumpslow",
     "masked",
     "maskedsleep",
+    "exoidle",
+    "exoload",
+    "exoeval",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -99,14 +102,15 @@ dumpsread: the same, then waits in one `read` that only the signal's own handler
 interrupts. dumpslow: as dumpsread, its dumps stuck in a full pipe for a while after
 its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms at a
 time. maskedsleep: the same mask, one long sleep
-(`notice_blockers`)."""
+(`notice_blockers`). exoidle, exoload, exoeval: exo-shaped (`exo_runner`)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
-_LOG_FLOOD_BYTES: Final = 3 * 2**19
-_FLOOD_LINES: Final = 2000
-Watch = Literal["guard", "pr2205", "none"]
+Watch = Literal["guard", "exo", "pr2205", "none"]
+"""exo: guarded as exo's patched entrypoint guards its runners (`exo_runner`)."""
 SpawnFrom = Literal["main", "thread"]
 
-WorkerEnd: TypeAlias = "DupFd | multiprocessing.queues.Queue[bytes] | Logger | None"
+WorkerEnd: TypeAlias = (
+    "DupFd | multiprocessing.queues.Queue[bytes] | Logger | tuple[object, object] | None"
+)
 PR2205_POLL_SECONDS = 5.0
 _READY_TIMEOUT_SECONDS = 30.0
 
@@ -171,7 +175,7 @@ def runner_main(
         os.register_at_fork(after_in_child=lambda: time.sleep(float(slow_fork)))
     if kind in ("masked", "maskedsleep"):
         notice_blockers.block_the_notice()
-    _start_watch(watch)
+    _start_watch(watch, worker_end)
     try:
         if kind in ("dumps", "dumpsread", "dumpslow"):  # before the report: it is killed then
             notice_blockers.dump_stacks_on_the_notice(go_file if kind == "dumpslow" else None)
@@ -192,7 +196,7 @@ def runner_main(
             raise
         note.write("caught")
         try:
-            _end(kind, worker_end, note)
+            ending_hazards.end_after_catching(kind, worker_end, note)
         except BaseException as problem:
             note.write("ending failed", type=type(problem).__name__, detail=str(problem))
             raise
@@ -201,37 +205,10 @@ def runner_main(
         note.write("finally")
 
 
-def _end(kind: RunnerKind, worker_end: WorkerEnd, note: RunnerNotes) -> None:
-    """The clean ending of a runner that caught WorkerGone."""
-    if kind == "hang":
-        from exo_orphan_guard import ending_cleanly
-
-        with ending_cleanly():  # a clean-up of its own that never finishes
-            while True:
-                time.sleep(3600)
-    if (
-        kind == "loguru"
-        and worker_end is not None
-        and not isinstance(worker_end, DupFd | multiprocessing.queues.Queue)
-    ):
-        line = "x" * 1000
-        for number in range(_LOG_FLOOD_BYTES // len(line) + 1):
-            worker_end.info(f"runner {os.getpid()} releasing part {number}: {line}")
-        note.write("logged", bytes=_LOG_FLOOD_BYTES)
-    if kind == "noisy":
-        from loguru import logger
-
-        for number in range(_FLOOD_LINES):
-            print(f"runner {os.getpid()} shutting down, line {number}", flush=True)
-            print(f"runner {os.getpid()} warning {number}", file=sys.stderr, flush=True)
-            if number % 100 == 0:
-                logger.info(f"runner {os.getpid()} released part {number}")
-    if kind == "queue" and isinstance(worker_end, multiprocessing.queues.Queue):
-        for _ in range(64):
-            worker_end.put(b"x" * 4096)  # 256 KiB: more than the pipe holds
-
-
 def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: WorkerEnd) -> None:
+    if kind in exo_runner.EXO_KINDS and isinstance(worker_end, tuple):
+        exo_runner.behave(kind, note, worker_end[1])
+        return
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if kind in ("gil", "deaf", "faulty"):
@@ -240,7 +217,7 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
         native_calls.one_long_eval_after_another(note)
     if kind == "slowsink":
         ending_hazards.log_through_a_slow_sink(note)
-    if kind == "logthread" and not isinstance(worker_end, DupFd | Queue | None):
+    if kind == "logthread" and not isinstance(worker_end, DupFd | Queue | tuple | None):
         ending_hazards.log_from_a_thread_while_busy(note, worker_end)
     while kind == "gilbusy":
         native_calls.busy_in_native_code_holding_the_gil(note)
@@ -288,8 +265,11 @@ def _report(connection: multiprocessing.connection.Connection, report: RunnerRep
         connection.send(report)
 
 
-def _start_watch(watch: Watch) -> None:
+def _start_watch(watch: Watch, worker_end: WorkerEnd) -> None:
     match watch:
+        case "exo":
+            assert isinstance(worker_end, tuple)
+            exo_runner.guard(*worker_end)
         case "guard":
             from exo_orphan_guard import guard_runner
 
@@ -311,7 +291,9 @@ def _pr2205_poll() -> None:
 
 def run_worker(spec: WorkerSpec) -> None:
     multiprocessing.set_start_method("spawn", force=True)  # as exo's main does
-    if spec["watch"] == "guard":
+    if spec["watch"] == "exo":
+        exo_runner.use_exo_shaped()
+    if spec["watch"] in ("guard", "exo"):
         from exo_orphan_guard import prepare_worker
 
         prepare_worker()
@@ -322,7 +304,11 @@ def run_worker(spec: WorkerSpec) -> None:
     def spawn_all() -> None:
         for kind in spec["runners"]:
             reader, writer = multiprocessing.Pipe(duplex=False)
-            worker_end = _worker_end(kind, context, keep)
+            worker_end = (
+                exo_runner.channel_and_instance(f"scenario-{len(readers)}")
+                if spec["watch"] == "exo"
+                else _worker_end(kind, context, keep)
+            )
             process = context.Process(
                 target=runner_main,
                 args=(kind, spec["watch"], spec["go_file"], writer, spec["notes"], worker_end),
@@ -331,7 +317,7 @@ def run_worker(spec: WorkerSpec) -> None:
             process.start()
             writer.close()
             readers.append(reader)
-            keep.append(process)
+            keep.extend((process, worker_end))  # a queue's semaphores die with it
 
     reports = _run_in(spec["spawn_from"], spawn_all, lambda: _collect(readers))
     print(json.dumps(WorkerReport(worker=os.getpid(), runners=reports)), flush=True)

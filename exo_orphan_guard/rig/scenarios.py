@@ -80,7 +80,7 @@ def scenario_environment(
     watch: Watch, strategy: settings.Strategy = "auto", registry: Path | None = None
 ) -> dict[str, str]:
     env = dict(os.environ)
-    env[settings.TOGGLE_ENV] = "1" if watch == "guard" else "0"
+    env[settings.TOGGLE_ENV] = "1" if watch in ("guard", "exo") else "0"
     env[settings.STRATEGY_ENV] = strategy
     env.pop(settings.WORKER_ENV, None)
     if registry is not None:

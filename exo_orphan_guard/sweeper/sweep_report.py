@@ -37,6 +37,24 @@ class SweepReport:
     """Runners ending by themselves that the sweep stopped waiting for (`stop`): never
     signalled, left to their watchdogs, their records kept."""
 
+    def merged(self, other: SweepReport) -> SweepReport:
+        """This sweep and `other`, one after the other (of another registry): what
+        both found and did; the registry named is this one's."""
+        return SweepReport(
+            verdicts=self.verdicts + other.verdicts,
+            results=self.results + other.results,
+            warnings=self.warnings + other.warnings,
+            dry_run=self.dry_run,
+            registry=self.registry,
+            elapsed_seconds=self.elapsed_seconds + other.elapsed_seconds,
+            lock_acquired=self.lock_acquired and other.lock_acquired,
+            would_signal={**self.would_signal, **other.would_signal},
+            other_users_spared=self.other_users_spared + other.other_users_spared,
+            continued=self.continued + other.continued,
+            target_endings={**self.target_endings, **other.target_endings},
+            left_to_end=self.left_to_end + other.left_to_end,
+        )
+
     @property
     def targets(self) -> tuple[Verdict, ...]:
         return tuple(verdict for verdict in self.verdicts if verdict.action == "kill")

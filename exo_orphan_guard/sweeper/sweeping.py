@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final, ParamSpec, final
 
@@ -116,7 +116,16 @@ def sweep(
         wait_for_endings,
         stop,
     )
-    return _run(request, warnings, started)
+    if registry_dir is not None:
+        return _run(request, warnings, started)
+    # Also the registry from before EXO_HOME counted, while it holds anything.
+    current, *former = settings.registry_dirs()
+    report = _run(replace(request, registry_dir=current), warnings, started)
+    for path in former:
+        if path.is_dir():
+            earlier = replace(request, registry_dir=path)
+            report = report.merged(_run(earlier, [], time.monotonic()))
+    return report
 
 
 def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepReport:

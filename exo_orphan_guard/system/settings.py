@@ -21,6 +21,9 @@ WORKER_ENV: Final = "EXO_ORPHAN_GUARD_WORKER"
 RUNNER_ENV: Final = "EXO_ORPHAN_GUARD_RUNNER"
 """Set by `guard_runner()` in the runner and inherited by everything it starts: on
 Linux, the proof that a process in a dead runner's group was started by that runner."""
+EXO_HOME_ENV: Final = "EXO_HOME"
+"""exo's own: its home, relative to the user's home (exo's shared/constants.py)."""
+REGISTRY_NAME: Final = "orphan-guard"
 BACKEND_ENV: Final = "EXO_ORPHAN_GUARD_BACKEND"
 """`portable` forces the psutil-and-stdlib backend macOS runs, on any OS."""
 
@@ -173,12 +176,33 @@ def grace_setting() -> Parsed[float]:
 
 
 def registry_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """`EXO_ORPHAN_GUARD_DIR`, else `~/.exo/orphan-guard` (exo's home on macOS)."""
+    """`EXO_ORPHAN_GUARD_DIR`; else `orphan-guard` in exo's home as exo finds it
+    (`~/$EXO_HOME`, as exo's constants.py reads it), else `~/.exo/orphan-guard` (exo's
+    home on macOS, and where every earlier release of the guard wrote)."""
     env = os.environ if environ is None else environ
     override = env.get(DIR_ENV, "").strip()
     if override:
         return Path(override).expanduser()
-    return Path.home() / ".exo" / "orphan-guard"
+    exo_home = env.get(EXO_HOME_ENV)
+    if exo_home is not None:
+        return Path.home() / exo_home / REGISTRY_NAME
+    return former_registry_dir()
+
+
+def former_registry_dir() -> Path:
+    """Where the registry was before `EXO_HOME` counted: swept, and read by `doctor`,
+    beside the one `registry_dir` names, until nothing is left in it."""
+    return Path.home() / ".exo" / REGISTRY_NAME
+
+
+def registry_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+    """The registry, then the former one where it differs (and only then)."""
+    current = registry_dir(environ)
+    env = os.environ if environ is None else environ
+    former = former_registry_dir()
+    if env.get(DIR_ENV, "").strip() or current == former:
+        return (current,)
+    return (current, former)
 
 
 def guard_enabled() -> Parsed[bool]:

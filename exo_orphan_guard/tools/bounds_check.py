@@ -4,6 +4,7 @@ that was not taken), and the runners whose ending is under way: busy in native c
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 
@@ -22,6 +23,10 @@ def settings_check(grace: settings.Parsed[float], busy_wait: settings.Parsed[flo
         f"{settings.GRACE_ENV} {grace.value:g} s (the clean ending, once begun), "
         f"{settings.BUSY_WAIT_ENV} {busy_wait.value:g} s (a runner busy in native code"
         + (", 0: the 0.5 s wedge bound)" if busy_wait.value == 0 else ")")
+        + "".join(
+            f", {name} {os.environ.get(name) or 'auto'}"
+            for name in (settings.STRATEGY_ENV, settings.BACKEND_ENV)
+        )
     )
     figures = {"grace_s": grace.value, "busy_wait_s": busy_wait.value}
     problems = [parsed.warning for parsed in (grace, busy_wait) if parsed.warning is not None]

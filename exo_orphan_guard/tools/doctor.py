@@ -237,6 +237,9 @@ def _registry(facts: NodeFacts) -> Check:
             "delete the files named; they are ignored meanwhile",
         )
     detail = f"{facts.registry_path}: {facts.records} record(s), {stale} stale"
+    former = settings.registry_dirs()[1:]
+    if any(path.is_dir() for path in former):
+        detail += f" (sweeps also read {former[0]}, from before EXO_HOME counted)"
     return Check(
         "registry", "OK", detail, "exo-orphan-guard sweep (removes stale ones)" if stale else None
     )

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
 import os
 import signal
 import sys
@@ -40,8 +39,8 @@ from typing import Final, Literal, final
 from loguru import logger
 
 from ..system.identity import ProcessIdentity
-from . import notice_check, widowed
-from .tree_kill import kill_strays
+from . import ending_exit, notice_check, widowed
+from .handover import Handover, run_handover
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
 
@@ -60,6 +59,12 @@ NOTICE: Final = b"n"
 """On the pipe from the watchdog: the worker is gone."""
 TOOK_OVER: Final = b"w"
 """On the pipe from the watchdog: it took over from a watchdog that died."""
+HANDED_OVER: Final = b"g"
+"""On the pipe to the watchdog: the program's own Shutdown was handed to it."""
+TAKEN: Final = b"t"
+"""On the pipe to the watchdog: the program's own code took its Shutdown."""
+RAISED: Final = b"r"
+"""On the pipe to the watchdog: `WorkerGone` was raised on the main thread."""
 HEARTBEAT_SECONDS: Final = 0.1
 AGAIN_SECONDS: Final = 1.0
 """`WorkerGone` is raised again at most this often."""
@@ -69,11 +74,25 @@ Phase = Literal["watching", "ending"]
 
 @final
 class _State:
-    def __init__(self, me: ProcessIdentity, worker: ProcessIdentity, begun: int, grace: float):
+    def __init__(
+        self,
+        me: ProcessIdentity,
+        worker: ProcessIdentity,
+        begun: int,
+        grace: float,
+        handover: Handover | None,
+    ):
         self.me = me
         self.worker = worker
         self.begun = begun
         self.grace = grace
+        self.handover = handover
+        self.holding = handover is not None
+        """No `WorkerGone` yet: the program's own Shutdown is handed to it and its loop
+        may take it (until it is taken, for good; until the window passes, for now)."""
+        self.handover_started = False
+        self.taken = False
+        self.raised = False
         self.phase: Phase = "watching"
         self.sheltered = 0
         self.last_raised = 0.0
@@ -82,6 +101,8 @@ class _State:
         """The first notice's handler has done all it does (a repeat may interrupt
         nothing of it)."""
         self.entered = 0.0
+        self.begun_at: float | None = None
+        """`time.monotonic()` when the main thread began the ending (in Python)."""
         """`time.monotonic()` when the main thread last entered the handler."""
         self.messages: list[str] = []
         """What the handler hands the logging thread to log."""
@@ -94,14 +115,20 @@ _state: _State | None = None
 
 
 def install(
-    me: ProcessIdentity, worker: ProcessIdentity, begun: int, grace: float, notice: int
+    me: ProcessIdentity,
+    worker: ProcessIdentity,
+    begun: int,
+    grace: float,
+    notice: int,
+    handover: Handover | None = None,
 ) -> None:
     """Arm the handler (main thread only: Python's rule for signal handlers). `begun`:
     the write end of the pipe whose other end the watchdog reads; `notice`: the read end
-    of the pipe the watchdog writes a byte to when the worker is gone (EOF: it is gone)."""
+    of the pipe the watchdog writes a byte to when the worker is gone (EOF: it is gone).
+    `handover`: the program's own Shutdown, the first step of its ending (`handover`)."""
     global _state
     os.set_blocking(begun, False)
-    state = _State(me, worker, begun, grace)
+    state = _State(me, worker, begun, grace, handover)
     _state = state
     wake, state.log_wake = os.pipe()
     os.set_blocking(state.log_wake, False)
@@ -152,17 +179,6 @@ def ending_cleanly() -> Generator[None]:
             _tell_watchdog(state, SHELTER_LEFT)
 
 
-def release_memory() -> None:
-    """What the guard does last before a clean exit: collect, and hand MLX's cached
-    buffers back (a no-op unless MLX is loaded)."""
-    gc.collect()
-    mlx = sys.modules.get("mlx.core")
-    clear_cache = getattr(mlx, "clear_cache", None)
-    if callable(clear_cache):
-        with contextlib.suppress(Exception):
-            clear_cache()
-
-
 def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     del signal_number, frame
     state = _state
@@ -182,8 +198,8 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     # run this handler again inside itself: from here on they start nothing more, and
     # the first WorkerGone is still a second away from any repeat.
     state.phase = "ending"
-    state.last_raised = time.monotonic()
-    sheltered = state.sheltered > 0
+    state.last_raised = state.begun_at = time.monotonic()
+    sheltered = state.sheltered > 0 or state.holding
     _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if sheltered else b""))
     widowed.until_every_thread_is_gone(state.worker)
     _prepare_to_end(state.me, state.worker)
@@ -194,7 +210,9 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
         state,
         f"orphan guard: runner {state.me.pid}: its worker {state.worker.pid} died: "
         + (
-            "finishing its shutdown"
+            f"handing it {state.handover.name}"
+            if state.holding and state.handover is not None
+            else "finishing its shutdown"
             if sheltered
             else "letting its exit finish"
             if exiting
@@ -205,7 +223,14 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     state.last_raised = time.monotonic()
     state.prepared = True
     if not sheltered and not exiting:
-        raise WorkerGone(f"worker {state.worker.pid} is gone")
+        _raise(state, f"worker {state.worker.pid} is gone")
+
+
+def _raise(state: _State, message: str) -> None:
+    if not state.raised:
+        state.raised = True
+        _tell_watchdog(state, RAISED)
+    raise WorkerGone(message)
 
 
 def _exit_under_way() -> bool:
@@ -249,13 +274,14 @@ def _raise_again(state: _State) -> None:
     """A repeated notice: the first WorkerGone may have been swallowed (a bare
     `except:`). Never inside `ending_cleanly()`, never once the main thread is done
     (the interpreter's own exit is under way), never twice within `AGAIN_SECONDS`."""
-    if not state.prepared or state.sheltered > 0 or _exit_under_way():
+    if not state.prepared or state.sheltered > 0 or state.holding or _exit_under_way():
         return
     now = time.monotonic()
     if now - state.last_raised < AGAIN_SECONDS:
         return
     state.last_raised = now
-    raise WorkerGone(f"worker {state.worker.pid} is gone (again: the runner has not exited)")
+    again = " (again: the runner has not exited)" if state.raised else ""
+    _raise(state, f"worker {state.worker.pid} is gone{again}")
 
 
 def _listen_to_the_watchdog(state: _State, notice: int) -> None:
@@ -274,6 +300,7 @@ def _listen_to_the_watchdog(state: _State, notice: int) -> None:
             # The worker is gone: its log sinks drop writes now, not once the main
             # thread is back in Python (another thread may be logging meanwhile).
             widowed.stop_widowed_log_queues(state.worker)
+            _start_handover(state)
             _beat_until_begun(state)
         else:
             logger.warning(
@@ -281,6 +308,49 @@ def _listen_to_the_watchdog(state: _State, notice: int) -> None:
                 "are gone: nothing outside this process bounds its ending"
             )
             return
+
+
+def _start_handover(state: _State) -> None:
+    """The first step, where the program has one: its own Shutdown, on a thread of its
+    own (the window runs beside the heartbeats)."""
+    handover = state.handover
+    if handover is None or state.handover_started:
+        return
+    state.handover_started = True
+    # What the program's own shutdown sends goes nowhere now: it must not block on it.
+    ending_exit.prepare(state.me, state.worker)
+
+    def taken() -> None:
+        state.taken = True
+        _tell_watchdog(state, TAKEN + BEGUN + SHUTTING_DOWN)
+        logger.warning(
+            f"orphan guard: runner {state.me.pid}: its worker {state.worker.pid} died: "
+            f"it took {handover.name} and is ending its own way, killed if it has not "
+            f"exited within {state.grace:g} s"
+        )
+
+    def escalate(why: str) -> None:
+        state.holding = False
+        logger.warning(
+            f"orphan guard: runner {state.me.pid}: {why}: raising WorkerGone on its main thread"
+        )
+        if state.phase == "ending":
+            state.last_raised = 0.0  # at once, not a second after the first notice
+            _tell_watchdog(state, SHELTER_LEFT)
+            notice_main_thread()
+
+    def run() -> None:
+        _tell_watchdog(state, HANDED_OVER)
+        run_handover(
+            handover,
+            state.grace,
+            in_python_since=lambda: state.begun_at,
+            exiting=_exit_under_way,
+            on_taken=taken,
+            escalate=escalate,
+        )
+
+    threading.Thread(target=run, name="exo-orphan-guard-handover-window", daemon=True).start()
 
 
 def _beat_until_begun(state: _State) -> None:
@@ -300,8 +370,13 @@ def _beat_until_begun(state: _State) -> None:
 
 
 def _another_watchdog(state: _State) -> None:
+    told = (HANDED_OVER if state.handover_started else b"") + (TAKEN if state.taken else b"")
     if state.phase == "ending":
-        _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if state.sheltered else b""))
+        sheltered = state.sheltered > 0 or state.holding
+        told += BEGUN + (SHUTTING_DOWN if sheltered else b"")
+    if state.raised:
+        told += RAISED
+    _tell_watchdog(state, told)
     if confirmed_gone(state.worker):
         widowed.stop_widowed_log_queues(state.worker)  # the line below must not block
     logger.warning(
@@ -316,23 +391,6 @@ def _tell_watchdog(state: _State, news: bytes) -> None:
 
 
 def _prepare_to_end(me: ProcessIdentity, worker: ProcessIdentity) -> None:
-    widowed.let_go_of(worker)
+    ending_exit.prepare(me, worker)
     # From now on a sweep's SIGTERM asks for what is already under way.
-    signal.signal(signal.SIGTERM, _already_ending)
-    atexit.register(release_memory)
-    atexit.register(_take_strays_along, me)
-
-
-def _take_strays_along(me: ProcessIdentity) -> None:
-    """At exit, what the runner started outside its group goes with it. Its watchdog
-    may not have walked its tree yet (a runner that ends the clean way is often gone
-    before its watchdog has noticed the worker's death), and once the runner has
-    exited no walk finds them."""
-    if os.getpgrp() != me.pid:
-        return  # no group of its own: the watchdog kills every descendant it found
-    with contextlib.suppress(Exception):
-        kill_strays(me, me.pid)
-
-
-def _already_ending(signal_number: int, frame: FrameType | None) -> None:
-    del signal_number, frame
+    signal.signal(signal.SIGTERM, ending_exit.already_ending)

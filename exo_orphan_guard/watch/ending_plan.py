@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, final
 
 from ..records import endings
@@ -38,22 +38,58 @@ class EndingPlan:
     wedge bound, `WEDGE_SECONDS`)."""
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """What the runner told its watchdog of the steps of its ending."""
+
+    handed_over: bool = False
+    """Its program's own Shutdown was handed to it."""
+    taken: bool = False
+    """Its program's code took that Shutdown."""
+    raised: bool = False
+    """`WorkerGone` was raised on its main thread."""
+
+    def learn(self, handed_over: bool, taken: bool, raised: bool) -> Steps:
+        return replace(
+            self,
+            handed_over=self.handed_over or handed_over,
+            taken=self.taken or taken,
+            raised=self.raised or raised,
+        )
+
+    def step(self) -> endings.Step:
+        """Which step ended a runner that exited by itself. A Shutdown handed over and
+        no WorkerGone: the Shutdown (taken between two looks, if none saw it)."""
+        if self.raised:
+            return "worker_gone"
+        return "shutdown" if self.handed_over or self.taken else "exit"
+
+
 def record_begun(plan: EndingPlan, runner: ProcessIdentity, deadline: float) -> None:
     record(plan, runner, None, None, "its worker died", deadline=deadline)
 
 
 def described(
-    outcome: Outcome, after: float, gil: Gil, grace: float
-) -> tuple[endings.How, float, str]:
+    outcome: Outcome, after: float, gil: Gil, grace: float, steps: Steps = Steps()
+) -> tuple[endings.How, float, str, endings.Step]:
     match outcome:
+        case "clean" | "shut down" if steps.step() == "shutdown":
+            return "clean", after, "it took its own Shutdown and exited by itself", "shutdown"
+        case "clean" | "shut down" if steps.handed_over and steps.raised:
+            why = "it did not take its own Shutdown in time; WorkerGone was raised, and it exited"
+            return "clean", after, why, "worker_gone"
         case "clean":
-            return "clean", after, "it exited by itself after its worker died"
+            return "clean", after, "it exited by itself after its worker died", steps.step()
         case "shut down":
-            return "clean", after, "it ran its own shutdown and exited by itself"
+            why = "it ran its own shutdown and exited by itself"
+            return "clean", after, why, steps.step()
         case "busy":
-            return "killed", after, f"busy in native code for {after:.1f} s (GIL {gil})"
+            why = f"busy in native code for {after:.1f} s (GIL {gil})"
+            return "killed", after, why, "busy_wait"
         case "hanging":
-            return "killed", after, f"its clean ending did not finish within the {grace:g} s grace"
+            why = f"its clean ending did not finish within the {grace:g} s grace"
+            return "killed", after, why, "grace"
 
 
 def record(
@@ -68,6 +104,7 @@ def record(
     at: float | None = None,
     gil: Gil | None = None,
     busy_wait: float | None = None,
+    step: endings.Step | None = None,
 ) -> None:
     """An `ended` line (`how` given), a `begun` one (with its `deadline`), or the
     `event` named (`busy`, with `gil` and `busy_wait`; `watchdog`)."""
@@ -88,5 +125,6 @@ def record(
                 labels=plan.labels,
                 gil=gil,
                 busy_wait=busy_wait,
+                step=step,
             ),
         )

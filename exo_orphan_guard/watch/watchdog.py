@@ -47,15 +47,18 @@ from . import notice_check, understudy
 from .clean_ending import (
     AGAIN_SECONDS,
     BEGUN,
+    HANDED_OVER,
     HEARTBEAT,
     HEARTBEAT_SECONDS,
     NOTICE,
     NOTICE_SIGNAL,
+    RAISED,
     SHELTER_LEFT,
     SHUTTING_DOWN,
+    TAKEN,
     TOOK_OVER,
 )
-from .ending_plan import EndingPlan, Gil, Outcome, described, record, record_begun
+from .ending_plan import EndingPlan, Gil, Outcome, Steps, described, record, record_begun
 from .tree_kill import KnownTree, kill_runner_tree, signal_verified
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
@@ -149,7 +152,7 @@ def _watchdog_main(
         if begun is None:
             # Even if PR_SET_PDEATHSIG took the runner first: its group still holds
             # whatever the runner started, and this process keeps the group id from reuse.
-            record(plan, runner, "killed", 0.0, plan.why_no_clean_ending)
+            record(plan, runner, "killed", 0.0, plan.why_no_clean_ending, step="at_once")
         else:
             # The runner may have no thread to tell it. It may also be dead already,
             # its pid free for a stranger: the signal goes only to the runner.
@@ -157,10 +160,11 @@ def _watchdog_main(
             if notice is not None:
                 with contextlib.suppress(OSError):
                     os.write(notice, NOTICE)
-            outcome, gil, found = _await_the_ending(runner, begun, noticed, plan, tree)
+            outcome, gil, found, steps = _await_the_ending(runner, begun, noticed, plan, tree)
             after = time.monotonic() - noticed
-            how, after, why = described(outcome, after, gil, plan.grace)
-            record(plan, runner, how, after, why + notice_check.said(found, NOTICE_SIGNAL))
+            how, after, why, step = described(outcome, after, gil, plan.grace, steps)
+            why += notice_check.said(found, NOTICE_SIGNAL)
+            record(plan, runner, how, after, why, step=step)
         kill_runner_tree(runner, group, tree.known)
     except BaseException as error:
         exit_code = 1
@@ -223,6 +227,7 @@ class _Watched:
         self.busy_lines = 0
         self.notice_found = b""
         """What stood in the notice's way (`notice_check`)."""
+        self.steps = Steps()
 
     def learn(self, data: bytes, now: float) -> None:
         for byte in data:
@@ -236,6 +241,8 @@ class _Watched:
             elif news == SHELTER_LEFT:
                 self.sheltered = False
                 self.last_notice = now  # its own shutdown done: a second before the next
+            elif news in (HANDED_OVER, TAKEN, RAISED):
+                self.steps = self.steps.learn(news == HANDED_OVER, news == TAKEN, news == RAISED)
             elif news in notice_check.NEWS and news not in self.notice_found:
                 self.notice_found += news
 
@@ -249,7 +256,7 @@ class _Watched:
 
 def _await_the_ending(
     runner: ProcessIdentity, begun: int, noticed: float, plan: EndingPlan, tree: KnownTree
-) -> tuple[Outcome, Gil, bytes]:
+) -> tuple[Outcome, Gil, bytes, Steps]:
     """Wait for the runner to begin (a byte) within the busy wait and to exit (EOF, or
     gone) within the grace from then; repeat the notice while it has not exited, and
     walk its tree every `_WALK_SECONDS`. Also answers what stood in the notice's way."""
@@ -261,14 +268,14 @@ def _await_the_ending(
         deadline = noticed + bound if begun_at is None else begun_at + plan.grace
         if now >= deadline:
             outcome = "busy" if begun_at is None else "hanging"
-            return outcome, watched.gil(now), watched.notice_found
+            return outcome, watched.gil(now), watched.notice_found, watched.steps
         readable, _, _ = select.select([begun], [], [], min(deadline - now, _CHECK_SECONDS))
         data = os.read(begun, 4096) if readable else None
         if data == b"" or liveness(runner) == "gone":
             if data:  # what it said before it exited counts too
                 watched.learn(data, now)
             outcome = "shut down" if watched.shutting_down else "clean"
-            return outcome, watched.gil(now), watched.notice_found
+            return outcome, watched.gil(now), watched.notice_found, watched.steps
         now = time.monotonic()
         tree.walk(now)
         if data:

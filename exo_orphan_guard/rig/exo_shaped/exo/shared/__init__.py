@@ -1,0 +1,1 @@
+"""exo.shared, as far as the stand-in goes."""

@@ -1,0 +1,1 @@
+"""exo.shared.types.worker, as far as the stand-in goes."""

@@ -1,0 +1,1 @@
+"""exo.utils, as far as the stand-in goes."""
