@@ -149,18 +149,20 @@ def step_of(ending: endings.Ending) -> str | None:
     return step if isinstance(step, str) else None
 
 
-def ran_exos_own_shutdown(ending: endings.Ending, *, busy: bool = False) -> bool:
-    """Whether the runner ended the clean way, through exo's own shutdown: by the
-    `Shutdown` posted on its task stream, which exo's loop took (the new footprint,
-    step `shutdown`; a busy runner, which exo's loop cannot reach until its call
-    returns, may also end at `WorkerGone`), or by `WorkerGone` running exo's
-    `Runner.shutdown` (the stored series: "its own shutdown")."""
+def ended_the_clean_way(ending: endings.Ending, *, busy: bool = False) -> bool:
+    """Whether the runner ended by itself, not killed. An idle runner: through exo's
+    own shutdown, by the `Shutdown` posted on its task stream, which exo's loop took
+    (the new footprint: step `shutdown`), or by `WorkerGone` running exo's
+    `Runner.shutdown` (the stored series' patch 0007: step `worker_gone`, "it ran its
+    own shutdown"). A busy one may also end at `WorkerGone` with the new footprint:
+    busy_site's evals never go back to exo's loop, so the Shutdown is never taken,
+    and `WorkerGone` is raised once an eval returns to Python."""
     if ending.how != "clean":
         return False
     step = step_of(ending)
-    if step is None:
-        return "its own shutdown" in ending.why
-    return step in (("shutdown", "worker_gone") if busy else ("shutdown",))
+    return (
+        step == "shutdown" or "its own shutdown" in ending.why or (busy and step == "worker_gone")
+    )
 
 
 def ending_of(registry: Path, runner: ProcessIdentity) -> endings.Ending | None:
@@ -195,7 +197,7 @@ def test_exos_real_runner_runs_its_own_shutdown_when_its_worker_dies(
         print(f"\nexo {version}, grace {grace:g}: gone {gone - killed_at:.3f} s, {ending}")
         if grace:
             assert gone - killed_at < CLEAN_ENDING_BOUND, gone - killed_at
-            assert ran_exos_own_shutdown(ending), ending
+            assert ended_the_clean_way(ending), ending
         else:
             assert gone - killed_at < 1.0, gone - killed_at
             assert ending.how == "killed", ending
@@ -204,14 +206,16 @@ def test_exos_real_runner_runs_its_own_shutdown_when_its_worker_dies(
 
 
 @versions
-def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_returns(
+def test_exos_real_runner_busy_in_long_mlx_evals_ends_by_itself_once_one_returns(
     version: str, exo_work: Path, exo_venv_cache: Path, tmp_path: Path
 ) -> None:
     """exo's real runner inside one `mx.eval` of seconds (`exo_support/busy_site`: where
     exo would run a task, as a prefill chunk would) when its worker is SIGKILLed: it
     is waited for, and once the eval returns it logs 1.5 MiB through exo's own
-    `logger_setup` sinks (read by the dead worker), runs exo's own `Runner.shutdown`
-    and exits by itself. Before the busy wait it was killed 0.5 s after the notice."""
+    `logger_setup` sinks (read by the dead worker) and ends by itself: with the stored
+    series `WorkerGone` runs exo's own `Runner.shutdown`; with the new footprint it
+    leaves through exo's code (step `worker_gone`), its loop never having come back
+    for the Shutdown. Before the busy wait it was killed 0.5 s after the notice."""
     tree = exo_tree(exo_work, version, patched=True)
     venv = exo_venv(tree, exo_venv_cache, runner=True)
     notes = tmp_path / "notes"
@@ -244,6 +248,6 @@ def test_exos_real_runner_busy_in_long_mlx_evals_runs_its_shutdown_once_one_retu
         ending = ending_of(report["registry"], runner)
         print(f"\nexo {version} busy: gone {gone - killed_at:.3f} s after the kill, {ending}")
         assert gone - begun["at"] >= 2.0, "it was not waited for until its eval returned"
-        assert ending is not None and ran_exos_own_shutdown(ending, busy=True), ending
+        assert ending is not None and ended_the_clean_way(ending, busy=True), ending
         logged = [json.loads(line) for line in path.read_text().splitlines()]
         assert [n["bytes"] for n in logged if n["event"] == "logged"] == [3 * 2**19], logged

@@ -115,13 +115,18 @@ def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
 
 
 def patch_tree(tree: Path, version: str) -> list[str]:
-    """The hooks into a pristine `tree`: the stored series where it fits, else the new
-    footprint placed at the anchors (until `patch apply` does that). The files it
-    changed, relative to the tree."""
-    if version not in SERIES_VERSIONS:
+    """The hooks into a pristine `tree`: `patch apply`'s way where it fits the tree;
+    where it does not (today: the stored series fits v1.0.71 and main only), the new
+    footprint placed at the anchors by `tests/exo_support/placement.py`, until `patch
+    apply` places it in any tree (issue 28 item 3). The files changed, relative to
+    the tree."""
+    try:
+        status, changed = patching.apply(tree)
+    except patching.PatchError:
+        if version in SERIES_VERSIONS:
+            raise
         return placement.place_hooks(tree)
-    status, changed = patching.apply(tree)
-    assert changed and status.series.name == version
+    assert changed, status
     return list(status.series.files)
 
 
