@@ -2,6 +2,8 @@
 
     python -m bench.reach --exo-src DIR [--step 10] [--from v1.0.61] [--to main]
         [--results bench/results/reach.jsonl] [--python313 PATH] [--no-plot]
+    python -m bench.reach --exo-src FORK_GIT_DIR --only REV [--only REV ...]
+        --results bench/results/reach-forks.jsonl   (a fork's heads, no history walk)
 
 Walks exo's first-parent history from `--from` to `--to` (`git rev-list
 --first-parent FROM^..TO`), every `--step`th commit (the first, and `--to`, always),
@@ -9,8 +11,10 @@ plus every release tag between them (some sit on release branches, off the
 first-parent line). For each: `git archive` into a temporary directory; the anchors
 (`exo_orphan_guard.exo.anchors`); `exo-orphan-guard patch apply --no-lock` as a
 user runs it; where it applies, the hooks present, the changed Python files compiled
-by Python 3.13 (`py_compile`, its cache kept out of the tree) and `patch revert`
-giving back the tree byte for byte. One JSON line per commit goes to the results
+by Python 3.13 (`py_compile`, its cache kept out of the tree), `ruff check` and
+`ruff format --check` of the changed files with the ruff the tree's own `uv.lock`
+pins (installed once per version under `.cache/ruff/`) and that tree's config, and
+`patch revert` giving back the tree byte for byte. One JSON line per commit goes to the results
 file as soon as it is measured, keyed by commit and a fingerprint of the package
 code that decides (the series, the patch machinery, the anchors): a run resumes
 where the last stopped, and a changed series measures everything again. Then the
@@ -21,47 +25,43 @@ picture (`bench.plot_reach`) drawn.
 from __future__ import annotations
 
 import argparse
-import datetime
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypedDict, cast
 
-from exo_orphan_guard.exo import anchors, patching
+from exo_orphan_guard.exo import anchors, patching, placement
+
+from .reach_commits import Commit, git_output, heads, select
+from .reach_ruff import pinned_ruff, ruff_findings
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS: Final = ROOT / "bench" / "results" / "reach.jsonl"
 SCHEMA: Final = "exo-orphan-guard/reach/1"
-RELEASE: Final = re.compile(r"^v\d+\.\d+\.\d+$")
 HOOKS: Final = (
-    # (file, text): a call each hook makes, as the series writes it.
+    # (file, text): each hook and its import, as the series writes them.
     ("src/exo/worker/orphan_guard.py", "def guard_runner("),
-    (anchors.ENTRYPOINT_FILE, "orphan_guard.guard_runner("),
-    (anchors.ENTRYPOINT_FILE, "except orphan_guard.WorkerGone"),
-    (anchors.WORKER_FILE, "orphan_guard.prepare_worker()"),
-    (anchors.WORKER_FILE, "orphan_guard.sweep_at_worker_start"),
+    ("src/exo/worker/orphan_guard.py", "def guard_worker("),
+    (anchors.ENTRYPOINT_FILE, "from exo.worker.orphan_guard import guard_runner\n"),
+    (anchors.ENTRYPOINT_FILE, "guard_runner(bound_instance, task_receiver)\n"),
+    (anchors.WORKER_FILE, "from exo.worker.orphan_guard import guard_worker\n"),
+    (anchors.WORKER_FILE, "guard_worker()\n"),
 )
-_DECIDING: Final = ("anchors.py", "patching.py", "patch_format.py", "patch_command.py")
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    sha: str
-    date: str
-    """Committer date, ISO 8601."""
-    index: int | None
-    """Position on the first-parent line from `--from` (0), or None: off it."""
-    release: str | None
-    """The release tag at this commit, if any."""
+_DECIDING: Final = (
+    "anchors.py",
+    "patching.py",
+    "patch_format.py",
+    "patch_command.py",
+    "placement.py",
+    "format_patch.py",
+)
 
 
 class AnchorResult(TypedDict):
@@ -85,9 +85,17 @@ class Record(TypedDict):
     """What `patch apply` said first (stdout where it applied, else its error)."""
     hooks: bool | None
     compiles: bool | None
+    ruff: str | None
+    """The ruff version the tree's uv.lock pins (None: no pin)."""
+    ruff_clean: bool | None
+    """`ruff check` and `ruff format --check` of the changed files find nothing the
+    pristine files did not have already (None: not run)."""
+    ruff_preexisting: bool | None
+    """The pristine files already had findings (a fork that does not run exo's ruff)."""
+    ruff_output: str
     revert_exact: bool | None
     reached: bool
-    """Applied, hooks present, compiled, reverted byte for byte."""
+    """Applied, hooks present, compiled, ruff clean, reverted byte for byte."""
     seconds: float
 
 
@@ -98,55 +106,42 @@ def fingerprint() -> str:
     for path in sorted(patching.PATCHES_DIR.rglob("*.patch")):
         digest.update(path.relative_to(patching.PATCHES_DIR).as_posix().encode())
         digest.update(path.read_bytes())
+    for relative, content in placement.new_files().items():
+        digest.update(relative.encode())
+        digest.update(content)
     for name in _DECIDING:
         digest.update((exo / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def pick(first_parent: Sequence[str], step: int) -> list[int]:
-    """Indices into `first_parent` (oldest first) measured at `step`: every step-th
-    from the first, and the last."""
-    if not first_parent:
-        return []
-    return sorted({*range(0, len(first_parent), step), len(first_parent) - 1})
-
-
-def select(exo_src: Path, start: str, end: str, step: int) -> list[Commit]:
-    # `start^..end`, but `start` may be a root commit (no `start^`): `--not start^@`.
-    listed = _git(exo_src, "rev-list", "--first-parent", "--reverse", end, "--not", f"{start}^@")
-    first_parent = listed.split()
-    chosen = {first_parent[index]: index for index in pick(first_parent, step)}
-    position = {sha: index for index, sha in enumerate(first_parent)}
-    releases: dict[str, str] = {}
-    # Releases after `start`, on the first-parent line or not (v1.0.64 to v1.0.67 sit on
-    # a release branch that main never merged), up to the newest `end` has.
-    newest = _git(exo_src, "describe", "--tags", "--abbrev=0", "--match", "v[0-9]*", end).strip()
-    for tag in _git(exo_src, "tag", "--contains", start).split():
-        if RELEASE.match(tag) and _version(tag) <= _version(newest):
-            releases[_git(exo_src, "rev-list", "-n1", tag).strip()] = tag
-    wanted = [*chosen, *(sha for sha in releases if sha not in chosen)]
-    dates = dict(
-        line.split(" ", 1)
-        for line in _git(exo_src, "show", "-s", "--format=%H %cI", *wanted).splitlines()
-    )
-    commits = [Commit(sha, dates[sha], position.get(sha), releases.get(sha)) for sha in wanted]
-    return sorted(commits, key=lambda commit: datetime.datetime.fromisoformat(commit.date))
-
-
-def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: str) -> Record:
+def measure(
+    exo_src: Path,
+    commit: Commit,
+    work: Path,
+    python313: str,
+    print_: str,
+    paths: Sequence[str] = (),
+) -> Record:
     """One tree, from `git archive` to `patch revert`; `work` is emptied after."""
     started = time.monotonic()
     tree = work / "tree"
     tree.mkdir(parents=True)
     archive = subprocess.run(
-        ["git", "-C", str(exo_src), "archive", commit.sha], capture_output=True, check=True
+        ["git", "-C", str(exo_src), "archive", commit.sha, *paths], capture_output=True, check=True
     )
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    ruff_version = pinned_ruff(tree)
     found = anchors.find(tree)
     before = tree_digest(tree)
+    touched = [path for path in placement.HOOKED_FILES if (tree / path).is_file()]
+    pristine_ruff = None
+    if ruff_version and touched:
+        pristine_ruff = ruff_findings(ruff_version, tree, touched)
     environment = {**os.environ, "XDG_STATE_HOME": str(work / "state")}  # the undo record
     applied = _cli(tree, "apply", "--no-lock", environment=environment)
-    hooks = compiles = revert_exact = None
+    hooks = compiles = revert_exact = ruff_clean = ruff_preexisting = None
+    ruff = ruff_version
+    ruff_output = ""
     if applied.returncode == 0:
         after = tree_digest(tree)
         hooks = all(text in _read(tree / file) for file, text in HOOKS)
@@ -167,6 +162,14 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
             check=False,
         )
         compiles = bool(changed) and compiled.returncode == 0
+        if ruff is not None:
+            after = ruff_findings(ruff, tree, changed)
+            ruff_output = "\n".join(after.findings)
+            # Only what the hooks add counts: a fork that does not run exo's ruff has
+            # findings of its own, the same before and after.
+            had: set[str] = set(pristine_ruff.findings) if pristine_ruff else set()
+            ruff_preexisting = bool(had)
+            ruff_clean = set(after.findings) <= had
         reverted = _cli(tree, "revert", environment=environment)
         revert_exact = reverted.returncode == 0 and tree_digest(tree) == before
     # Without the temporary path, a record reads the same from one run to the next.
@@ -179,14 +182,26 @@ def measure(exo_src: Path, commit: Commit, work: Path, python313: str, print_: s
         date=commit.date,
         first_parent_index=commit.index,
         release=commit.release,
-        describe=_git(exo_src, "describe", "--tags", "--match", "v[0-9]*", commit.sha).strip(),
+        describe=git_output(
+            exo_src, "describe", "--tags", "--always", "--match", "v[0-9]*", commit.sha
+        ).strip(),
         anchors=[_anchor_result(anchor) for anchor in found],
         apply_exit=applied.returncode,
         apply_line=output.splitlines()[0] if output else "",
         hooks=hooks,
         compiles=compiles,
+        ruff=ruff,
+        ruff_clean=ruff_clean,
+        ruff_preexisting=ruff_preexisting,
+        ruff_output=ruff_output.replace(str(tree), "<tree>")[:400],
         revert_exact=revert_exact,
-        reached=bool(applied.returncode == 0 and hooks and compiles and revert_exact),
+        reached=bool(
+            applied.returncode == 0
+            and hooks
+            and compiles
+            and ruff_clean is not False
+            and revert_exact
+        ),
         seconds=round(time.monotonic() - started, 2),
     )
     shutil.rmtree(work)
@@ -216,9 +231,16 @@ def load(results: Path, print_: str) -> dict[str, Record]:
 
 
 def run(
-    exo_src: Path, start: str, end: str, step: int, results: Path, python313: str
+    exo_src: Path,
+    start: str,
+    end: str,
+    step: int,
+    results: Path,
+    python313: str,
+    only: Sequence[str] = (),
+    paths: Sequence[str] = (),
 ) -> list[Record]:
-    commits = select(exo_src, start, end, step)
+    commits = heads(exo_src, only) if only else select(exo_src, start, end, step)
     print_ = fingerprint()
     done = load(results, print_)
     results.parent.mkdir(parents=True, exist_ok=True)
@@ -229,7 +251,7 @@ def run(
     print(f"reach: {len(commits)} trees, {len(commits) - len(todo)} cached ({results})")
     with results.open("a") as out, tempfile.TemporaryDirectory(prefix="eog-reach-") as scratch:
         for number, commit in enumerate(todo, start=1):
-            record = measure(exo_src, commit, Path(scratch) / commit.sha, python313, print_)
+            record = measure(exo_src, commit, Path(scratch) / commit.sha, python313, print_, paths)
             out.write(json.dumps(record) + "\n")
             out.flush()
             done[commit.sha] = record
@@ -275,16 +297,6 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _git(exo_src: Path, *arguments: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(exo_src), *arguments], capture_output=True, text=True, check=True
-    ).stdout
-
-
-def _version(tag: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", tag)[:3])
-
-
 def _python313() -> str:
     prefix = subprocess.run(
         ["pyenv", "prefix", "3.13.0"], capture_output=True, text=True, check=False
@@ -305,6 +317,15 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--python313", default=_python313())
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--only", action="append", default=[], help="measure this revision alone (repeat)"
+    )
+    parser.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        help="archive only these paths (a mirror without some large blobs: src, uv.lock, ...)",
+    )
     arguments = parser.parse_args(None if argv is None else list(argv))
     if arguments.step < 1:
         parser.error("--step must be 1 or more")
@@ -317,7 +338,13 @@ def main(argv: Iterable[str] | None = None) -> int:
         arguments.step,
         arguments.results,
         arguments.python313,
+        arguments.only,
+        arguments.path,
     )
+    if arguments.only:
+        for record in records:
+            print(json.dumps({key: record[key] for key in ("commit", "describe", "reached")}))
+        return 0
     command = f"make reach EXO_SRC=<exo clone> STEP={arguments.step}"
     if (arguments.start, arguments.end) != ("v1.0.61", "main"):
         command = f"python -m bench.reach --from {arguments.start} --to {arguments.end} ..."

@@ -33,6 +33,7 @@ def stopped_at(record: Record) -> str:
             for check, ok in (
                 ("hooks", record["hooks"]),
                 ("py_compile", record["compiles"]),
+                ("ruff", record.get("ruff_clean") is not False),
                 ("revert", record["revert_exact"]),
             )
             if not ok
@@ -73,7 +74,7 @@ def render(records: Sequence[Record], step: int, command: str, tip_name: str) ->
             for record in releases
         ),
         "",
-        "Where the refused trees stop (the first hunk that does not match):",
+        "Where the trees not reached stop (the anchor missing, or the check that failed):",
         "",
         *(f"- {reason}: {count}" for reason, count in reasons.most_common()),
     ]

@@ -25,6 +25,7 @@ from . import (
     busy_latency,
     cli_startup,
     group_reform,
+    handover_latency,
     idle_cost,
     plot_watch,
     sweep_cost,
@@ -37,7 +38,7 @@ DOCUMENT = ROOT / "docs" / "benchmarks.md"
 WATCH_SAMPLES = RESULTS / "watch-latency.json"
 WATCH_IMAGE = plot_watch.DEFAULT_IMAGE
 
-SECTION_ORDER = ["watch", "busy", "idle", "sweep", "cli", "group", "launch"]
+SECTION_ORDER = ["watch", "busy", "handover", "idle", "sweep", "cli", "group", "launch"]
 
 INTRO = """# Benchmarks
 
@@ -210,6 +211,24 @@ def busy_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def handover_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    rounds: int = arguments.handover_rounds
+    results = handover_latency.run(rounds, scratch)
+    return "\n".join(
+        [
+            _header(
+                "exo's runners: the hand-over of exo's own Shutdown against WorkerGone",
+                f"python -m bench.run_all --only handover --handover-rounds {rounds}",
+            ),
+            f"{rounds} rounds. {handover_latency.DESCRIPTION} "
+            "What exo's real runner does at each step (idle, decoding, loading, one long "
+            "`mx.eval`, the GIL held) is in docs/exo.md (`tests/test_exo_steps.py`).\n",
+            handover_latency.render(results),
+            "",
+        ]
+    )
+
+
 def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
     del scratch
     trials: int = arguments.group_trials
@@ -278,6 +297,7 @@ def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
+    "handover": handover_section,
     "idle": idle_section,
     "sweep": sweep_section,
     "cli": cli_section,
@@ -295,6 +315,7 @@ def main() -> None:
     parser.add_argument("--cli-repetitions", type=int, default=40)
     parser.add_argument("--group-trials", type=int, default=20)
     parser.add_argument("--busy-rounds", type=int, default=50)
+    parser.add_argument("--handover-rounds", type=int, default=50)
     parser.add_argument("--launch-trials", type=int, default=100)
     parser.add_argument("--hosts-repetitions", type=int, default=20)
     arguments = parser.parse_args()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard._version import __version__
-from exo_orphan_guard.exo import patching
+from exo_orphan_guard.exo import patching, placement
 
 from .helpers.cli import run_cli
 from .helpers.dist import ROOT, Dist, built_dist
@@ -54,11 +54,14 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
     assert "exo-orphan-guard = exo_orphan_guard.tools.cli:entry_point" in entry_points
     assert "exo_orphan_guard/py.typed" in names
     for series in patching.load_series():
-        directory = f"exo_orphan_guard/exo/patches/{'earlier/' if series.earlier else ''}"
+        assert series.directory is not None
+        directory = series.directory.relative_to(patching.PATCHES_DIR.parents[2]).as_posix()
         for patch_name, _ in series.diffs:
-            assert f"{directory}{series.name}/{patch_name}" in names
+            assert f"{directory}/{patch_name}" in names
         if not series.earlier:
-            assert f"{directory}{series.name}/{patching.COVER_LETTER}" in names
+            assert f"{directory}/{patching.COVER_LETTER}" in names
+    for path in placement.new_files():  # what the series adds to exo's tree
+        assert f"exo_orphan_guard/exo/exo_tree/{path}" in names
 
 
 def test_the_sdist_builds_the_same_package(dist: Dist) -> None:
@@ -66,9 +69,10 @@ def test_the_sdist_builds_the_same_package(dist: Dist) -> None:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "exo_orphan_guard/_version.py"} <= names
     assert (
-        "exo_orphan_guard/exo/patches/main/0006-build-the-app-with-the-orphan-guard-extra.patch"
+        "exo_orphan_guard/exo/patches/main/0003-guard-the-worker-from-the-start-of-run.patch"
         in (names)
     )
+    assert "exo_orphan_guard/exo/exo_tree/src/exo/worker/orphan_guard.py" in names
 
 
 def test_the_wheel_installs_into_a_clean_venv_and_passes_its_selftest(

@@ -2,10 +2,12 @@
 
 A workspace with a member, extras, `[tool.uv.sources]`, `environments` for macOS and
 Linux like exo's, and a `uv.lock` made by uv before the patch; exo's source files are
-rebuilt from the series' pre-image lines. `patch apply --source` must leave a tree
-that `uv sync --locked --extra orphan-guard` (exo's app build step, patched) installs,
-with psutil kept at exo's locked 7.2.1; revert must give back both files byte for
-byte. uv reads only a local directory of distributions: no index, no network.
+rebuilt from the series' pre-image lines. The series adds no extra, so a patched
+tree still locks and syncs with the package on no index, and `uv run --with <wheel>`
+adds it without any edit (issue 29). `patch apply --source` must leave a tree that
+`uv sync --locked --extra orphan-guard` installs, with psutil kept at exo's locked
+7.2.1; revert must give back both files byte for byte. uv reads only a local
+directory of distributions: no index, no network.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
     applied = cli(uv_environment, "patch", "apply", "--exo", str(tree), "--source", str(source))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     lines = applied.stdout.splitlines()
-    assert lines[1] == f"source: {source} ({kind})"
+    assert lines[1] == f"source: {source} ({kind}), with the orphan-guard extra"
     # uv locks a checkout's dynamic version as such; built artefacts carry theirs.
     locked_as = "(dynamic)" if kind == "checkout" else f"v{__version__}"
     assert lines[2] == f"uv.lock: locked (Added exo-orphan-guard {locked_as})"
@@ -225,27 +227,44 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
     uv(tree, uv_environment, "lock", "--check")
 
 
-def test_without_a_source_apply_says_what_to_run_and_the_lock_failure_in_one_line(
-    tmp_path: Path, uv_environment: dict[str, str]
+def test_without_a_source_the_patched_tree_still_locks_syncs_and_runs_with_the_wheel(
+    tmp_path: Path, dist: Dist, uv_environment: dict[str, str]
 ) -> None:
+    """Issue 29, item 1: no state of the series breaks exo's lock."""
     tree = exo_like_project(tmp_path, uv_environment)
     before = snapshot(tree)
     applied = cli(uv_environment, "patch", "apply", "--exo", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     series, source, lock = applied.stdout.splitlines()
     assert series.startswith(f"series v1.0.71 ({len(SERIES.files)} files) applied")
-    assert "resolves only once exo-orphan-guard is on your package index" in source
+    assert "uv run --with " in source
     assert f"exo-orphan-guard patch apply --exo {tree} --source " in source
-    assert lock.startswith("uv.lock: uv lock failed, the patch stays applied: error: ")
-    assert lock.endswith(f"run: cd {tree} && uv lock")
-    assert (tree / "uv.lock").read_bytes() == before["uv.lock"]  # a failed lock writes nothing
-
+    assert lock == "uv.lock: nothing to lock (pyproject.toml is unchanged)"
+    assert (tree / "pyproject.toml").read_bytes() == before["pyproject.toml"]
+    assert (tree / "uv.lock").read_bytes() == before["uv.lock"]
+    uv(tree, uv_environment, "lock", "--check")  # the lock is current, package or not
+    uv(tree, uv_environment, "sync", "--locked")  # exo's app build step, as it is
     checked = cli(uv_environment, "patch", "check", "--exo", str(tree))
-    assert checked.stdout.splitlines()[2].startswith("uv.lock: cannot tell: ")
+    assert checked.stdout.splitlines()[2].startswith("uv.lock: current")
+    # The no-edit way: uv adds the package to this run only.
+    ran = uv(
+        tree,
+        uv_environment,
+        "run",
+        "--with",
+        str(dist.wheel),
+        "python",
+        "-c",
+        "import exo_orphan_guard.exo.hooks as hooks, exo_orphan_guard; "
+        "print(exo_orphan_guard.__version__, hooks.__name__)",
+    )
+    assert f"{__version__} exo_orphan_guard.exo.hooks" in ran
+    assert (tree / "uv.lock").read_bytes() == before["uv.lock"]
 
     reverted = cli(uv_environment, "patch", "revert", "--exo", str(tree))
     assert reverted.returncode == 0
-    assert snapshot(tree) == before
+    after = {name: data for name, data in snapshot(tree).items() if not name.startswith(".venv/")}
+    assert after == before
 
 
 def test_a_lock_changed_after_apply_is_left_alone_by_revert(

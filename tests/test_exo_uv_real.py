@@ -107,7 +107,7 @@ def test_apply_with_a_source_on_real_exo_locks_or_says_why_and_reverts_exactly(
     series = next(s for s in patching.load_series() if s.name == version and not s.earlier)
     files = len(series.files)
     assert lines[0] == f"series {version} ({files} files) applied in {tree}"
-    assert lines[1] == f"source: {wheel} (wheel)"
+    assert lines[1] == f"source: {wheel} (wheel), with the orphan-guard extra"
     assert f'exo-orphan-guard = {{ path = "{wheel}" }}\n' in (tree / "pyproject.toml").read_text()
     assert applied.returncode == 0, applied.stderr
     if lines[2].startswith("uv.lock: locked ("):
@@ -125,6 +125,32 @@ def test_apply_with_a_source_on_real_exo_locks_or_says_why_and_reverts_exactly(
         f"source: {wheel}",
     ]
 
+    reverted = cli(environment, "patch", "revert", "--exo", str(tree))
+    assert reverted.returncode == 0, reverted.stderr
+    assert tree_digests(tree) == before
+
+
+@pytest.mark.parametrize("version", list(COMMITS))
+def test_without_a_source_real_exos_lock_stays_current(tmp_path: Path, version: str) -> None:
+    """Issue 29, item 1: the series adds no extra, so exo's own lock stays current with
+    the package on no index (the seven-patch series' extra made it stale)."""
+    tree = real_exo(tmp_path, version)
+    environment = uv_environment(tmp_path / "uv-cache")
+    before = tree_digests(tree)
+    applied = cli(environment, "patch", "apply", "--exo", str(tree))
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.splitlines()[2] == (
+        "uv.lock: nothing to lock (pyproject.toml is unchanged)"
+    )
+    check = subprocess.run(
+        [str(UV), "lock", "--check", "--offline"],
+        cwd=tree,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    assert tree_digests(tree)["pyproject.toml"] == before["pyproject.toml"]
     reverted = cli(environment, "patch", "revert", "--exo", str(tree))
     assert reverted.returncode == 0, reverted.stderr
     assert tree_digests(tree) == before

@@ -1,6 +1,8 @@
-"""A tree the stored series does not fit is refused honestly: which hunk, which anchors,
-which exo (git describe), "local edits" only where git sees them, what to do; and
-nothing in the tree (or its git index) changes.
+"""A tree the hooks have no place in is refused honestly: which anchor in which file,
+which exo (git describe), "local edits" only where git sees them in the files the
+hooks would touch, what to do; and nothing in the tree (or its git index) changes. A
+pristine tree of another version is not refused at all: the hooks are placed at its
+anchors.
 
 The trees are small fake exos made in tmp, git repositories of their own: the files
 the series expects (tests/test_patching.py's `build_tree`), with real Python where
@@ -95,14 +97,35 @@ def unchanged(tree: Path, before: dict[str, bytes]) -> None:
     assert snapshot(tree) == before  # the work tree, and .git (its index included)
 
 
-def test_a_pristine_tree_of_another_version_is_not_called_edited(tmp_path: Path) -> None:
+def without_worker_anchor(tree: Path) -> None:
+    """Worker.run's first statement is not exo's any more."""
+    main = tree / anchors.WORKER_FILE
+    main.write_text(main.read_text().replace('"Starting Worker"', '"Starting the worker"'))
+
+
+def test_a_pristine_tree_of_another_version_is_placed_not_refused(tmp_path: Path) -> None:
     another_exo(tmp_path)
     before = snapshot(tmp_path)
-    error = refused(tmp_path)
-    assert str(error).startswith(
-        f"series main does not fit exo v9.9.9 at {tmp_path}: {anchors.ENTRYPOINT_FILE}, hunk 1 ("
+    status, changed = patching.apply(tmp_path)
+    assert changed and status.series.name == patching.PLACED
+    assert "guard_runner(bound_instance, task_receiver)" in (
+        (tmp_path / anchors.ENTRYPOINT_FILE).read_text()
     )
-    assert "0002-" in str(error) and str(error).endswith("does not match; nothing changed")
+    assert patching.revert(tmp_path)[1] is True
+    unchanged(tmp_path, before)
+
+
+def test_a_missing_anchor_is_named_with_its_file_and_version(tmp_path: Path) -> None:
+    another_exo(tmp_path, tag=None)
+    without_worker_anchor(tmp_path)
+    commit(tmp_path, "v9.9.9")
+    before = snapshot(tmp_path)
+    error = refused(tmp_path)
+    assert str(error) == (
+        f"the hooks have no place in exo v9.9.9 at {tmp_path}: Worker.run: missing, "
+        f'{anchors.WORKER_FILE}: first statement differs: `logger.info("Starting the worker")`'
+        ' at line 3, expected `logger.info("Starting Worker")`; nothing changed'
+    )
     assert "local edits" not in str(error)
     edits, version, *found, advice = error.details
     assert edits.startswith("local edits: none (the files the series touches are as the tree's")
@@ -110,28 +133,24 @@ def test_a_pristine_tree_of_another_version_is_not_called_edited(tmp_path: Path)
     assert found == [
         f"anchor entrypoint: found, {anchors.ENTRYPOINT_FILE}:6 (entrypoint(bound_instance, "
         "event_sender, task_receiver, cancel_receiver, _logger))",
-        f'anchor Worker.run: found, {anchors.WORKER_FILE}:2 (first statement `logger.info("'
-        'Starting Worker")`)',
+        f"anchor Worker.run: missing, {anchors.WORKER_FILE}: first statement differs: "
+        '`logger.info("Starting the worker")` at line 3, expected '
+        '`logger.info("Starting Worker")`',
         f"anchor Shutdown: found, {anchors.TASKS_FILE}:5 (Shutdown(BaseTask): instance_id from "
         "BaseTask, runner_id from Shutdown)",
     ]
-    assert advice.startswith("what to do: the stored series fits exo main (b5375f8cee43) only")
-    assert f"patch export --exo {tmp_path}" in advice and "am -3" in advice
+    assert advice.startswith("what to do: this tree lacks Worker.run, which every exo since")
     unchanged(tmp_path, before)
 
 
 def test_a_real_local_edit_is_named_with_git_status(tmp_path: Path) -> None:
-    fitting_tree(tmp_path, tag="v1.0.71-40-gabcdef")
-    main = tmp_path / anchors.WORKER_FILE
-    lines = main.read_bytes().splitlines(keepends=True)
-    edited = next(i for i, line in enumerate(lines) if not line.startswith(b"# filler"))
-    lines[edited] = b"# my own change\n"
-    main.write_bytes(b"".join(lines))
+    another_exo(tmp_path, tag="v1.0.71-40-gabcdef")
+    without_worker_anchor(tmp_path)
     before = snapshot(tmp_path)
     error = refused(tmp_path)
     assert str(error).startswith(
-        "series main does not apply to local edits in exo v1.0.71-40-gabcdef at "
-        f"{tmp_path}: {anchors.WORKER_FILE}, hunk 1 ("
+        "the hooks have no place in the local edits in exo v1.0.71-40-gabcdef at "
+        f"{tmp_path}: Worker.run: missing, {anchors.WORKER_FILE}: first statement differs"
     )
     assert error.details[0] == (
         f"local edits: M {anchors.WORKER_FILE} (git status --porcelain); the series applies "
@@ -141,40 +160,31 @@ def test_a_real_local_edit_is_named_with_git_status(tmp_path: Path) -> None:
         f"what to do: set the edits aside (git -C {tmp_path} stash)"
     )
     unchanged(tmp_path, before)
-    git(tmp_path, "stash", "-q")  # and with the edit set aside, the series applies
+    git(tmp_path, "stash", "-q")  # and with the edit set aside, the hooks go in
     assert patching.apply(tmp_path)[1] is True
 
 
 def test_edits_elsewhere_are_listed_but_not_blamed(tmp_path: Path) -> None:
-    another_exo(tmp_path)
-    (tmp_path / "justfile").write_bytes((tmp_path / "justfile").read_bytes() + b"# mine\n")
-    error = refused(tmp_path)
-    assert str(error).startswith("series main does not fit exo v9.9.9")  # bootstrap.py
-    assert error.details[0] == (
-        "local edits (not what stops the series): M justfile (git status --porcelain); it "
-        "would not apply to the files as HEAD has them either"
-    )
-
-
-def test_edits_in_the_failing_file_of_another_exo_are_not_blamed(tmp_path: Path) -> None:
-    """Without its edits the tree would still be another exo: that is what is said."""
-    another_exo(tmp_path)
+    another_exo(tmp_path, tag=None)
+    without_worker_anchor(tmp_path)
+    commit(tmp_path, "v9.9.9")
     bootstrap = tmp_path / anchors.ENTRYPOINT_FILE
     bootstrap.write_text(bootstrap.read_text().replace("import loguru", "import loguru  # mine"))
     error = refused(tmp_path)
-    assert str(error).startswith("series main does not fit exo v9.9.9")
-    assert error.details[0].startswith(
-        f"local edits (not what stops the series): M {anchors.ENTRYPOINT_FILE} (git status"
+    assert str(error).startswith("the hooks have no place in exo v9.9.9")
+    assert error.details[0] == (
+        f"local edits (not what stops the series): M {anchors.ENTRYPOINT_FILE} (git status "
+        "--porcelain); it would not apply to the files as HEAD has them either"
     )
-    assert error.details[0].endswith("would not apply to the files as HEAD has them either")
-    assert error.details[-1].startswith("what to do: the stored series fits exo main")
+    assert error.details[-1].startswith("what to do: this tree lacks Worker.run")
 
 
 def test_a_tree_without_git_says_it_cannot_tell(tmp_path: Path) -> None:
     another_exo(tmp_path, tag=None)
+    without_worker_anchor(tmp_path)
     before = snapshot(tmp_path)
     error = refused(tmp_path)
-    assert str(error).startswith(f"series main does not fit the exo tree at {tmp_path}: ")
+    assert str(error).startswith(f"the hooks have no place in the exo tree at {tmp_path}: ")
     assert error.details[:2] == (
         "local edits: cannot tell (not a git tree)",
         "exo version: unknown (not a git tree)",
@@ -185,65 +195,72 @@ def test_a_tree_without_git_says_it_cannot_tell(tmp_path: Path) -> None:
 def test_a_tree_inside_another_repository_is_not_that_repositorys_exo(tmp_path: Path) -> None:
     tree = tmp_path / "vendor" / "exo"
     another_exo(tree, tag=None)
+    without_worker_anchor(tree)
     commit(tmp_path, "outer")
     assert refused(tree).details[1] == "exo version: unknown (not a git tree)"
 
 
-def test_a_missing_anchor_is_named_and_the_advice_says_so(tmp_path: Path) -> None:
+def test_a_missing_shutdown_is_named_and_the_advice_says_so(tmp_path: Path) -> None:
     another_exo(tmp_path, tag=None)
     (tmp_path / anchors.TASKS_FILE).write_text(TASKS.replace("runner_id", "runner"))
+    before = snapshot(tmp_path)
     error = refused(tmp_path)
-    assert (
-        f"anchor Shutdown: missing, {anchors.TASKS_FILE}: field missing: `Shutdown` has no "
-        "`runner_id`"
-    ) in error.details[-2]
+    assert str(error).startswith(
+        f"the hooks have no place in the exo tree at {tmp_path}: Shutdown: missing, "
+        f"{anchors.TASKS_FILE}: field missing: `Shutdown` has no `runner_id`"
+    )
     assert error.details[-1].startswith("what to do: this tree lacks Shutdown, which every exo")
+    unchanged(tmp_path, before)
 
 
 def test_a_tree_patched_then_edited_does_not_come_out_and_says_where(tmp_path: Path) -> None:
-    fitting_tree(tmp_path, tag="v1.0.71")
+    another_exo(tmp_path, tag="v1.0.71")
     patching.apply(tmp_path)
     main = tmp_path / anchors.WORKER_FILE
-    main.write_bytes(main.read_bytes().replace(b"orphan_guard.prepare_worker()", b"pass"))
+    main.write_bytes(main.read_bytes().replace(b"        guard_worker()", b"        pass"))
     before = snapshot(tmp_path)
     with pytest.raises(patching.PatchError) as raised:
         patching.revert(tmp_path)
-    assert str(raised.value).startswith(
-        f"series main is in exo v1.0.71 at {tmp_path} but does not come out again: "
-        f"{anchors.WORKER_FILE}, hunk"
+    assert str(raised.value) == (
+        f"the hooks are in exo v1.0.71 at {tmp_path} but do not come out again: "
+        f"{anchors.WORKER_FILE} has orphan_guard lines where the series puts none; "
+        "nothing changed"
     )
-    assert raised.value.details[-1].startswith(
-        f"what to do: the series' lines in {anchors.WORKER_FILE} were changed after apply"
-    )
+    assert raised.value.details[-1].startswith("what to do: the hooks' lines in ")
+    unchanged(tmp_path, before)
+
+
+def test_hooks_that_are_partly_in_are_named_not_doubled(tmp_path: Path) -> None:
+    another_exo(tmp_path, tag=None)
+    patching.apply(tmp_path)
+    (tmp_path / "src/exo/worker/orphan_guard.py").unlink()
+    before = snapshot(tmp_path)
+    with pytest.raises(patching.PatchError, match="the hooks are partly in"):
+        patching.apply(tmp_path)
     unchanged(tmp_path, before)
 
 
 def test_the_cli_refuses_with_exit_code_2_the_line_then_the_details(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    another_exo(tmp_path)
+    another_exo(tmp_path, tag=None)
+    without_worker_anchor(tmp_path)
+    commit(tmp_path, "v9.9.9")
     before = snapshot(tmp_path)
     assert cli.main(["patch", "apply", "--exo", str(tmp_path), "--no-lock"]) == 2
     first, *rest = capsys.readouterr().err.splitlines()
-    assert first.startswith("exo-orphan-guard: error: series main does not fit exo v9.9.9")
+    assert first.startswith("exo-orphan-guard: error: the hooks have no place in exo v9.9.9")
     assert len(rest) == 6 and all(line.startswith("  ") for line in rest)
     assert rest[1] == "  exo version: v9.9.9 (git describe --tags)"
     assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 2
-    assert "does not fit" in capsys.readouterr().err
+    assert "no place" in capsys.readouterr().err
     unchanged(tmp_path, before)
 
 
-def test_no_series_fits_says_the_version_and_the_anchors(tmp_path: Path) -> None:
-    another_exo(tmp_path)
+def test_without_a_supervisor_file_the_hooks_are_still_placed(tmp_path: Path) -> None:
+    another_exo(tmp_path, tag=None)
     (tmp_path / patching.SERIES_MARKERS["main"]).unlink()
-    with pytest.raises(patching.PatchError, match="no patch series fits") as raised:
-        patching.check(tmp_path)
-    assert raised.value.details[0] == "exo version: v9.9.9 (git describe --tags)"
-    assert [line.split(":")[0] for line in raised.value.details[1:]] == [
-        "anchor entrypoint",
-        "anchor Worker.run",
-        "anchor Shutdown",
-    ]
+    assert patching.check(tmp_path).series.name == patching.PLACED
 
 
 def test_compose_is_pure_and_names_git_failures() -> None:

@@ -81,7 +81,7 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     code, out, _ = run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
     assert code == 0  # applied; the line below says uv.lock still needs locking
     assert out[1:] == [
-        f"source: {wheel} (wheel)",
+        f"source: {wheel} (wheel), with the orphan-guard extra",
         "uv.lock: not updated (uv is not on PATH); until it is, `uv run exo` re-locks: "
         f"run: cd {tree} && uv lock",
     ]
@@ -108,6 +108,8 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     (tree / "uv.lock").write_bytes(before["uv.lock"])
     assert snapshot(tree) == before
     assert b"[tool.uv.sources]\n" + uv_project.Source(wheel, "wheel").entry_line() in pyproject
+    # The series adds no extra (issue 29): --source adds it, here only, then takes it out.
+    assert b'mlx = [\n  "mlx==0.32.0",\n]\norphan-guard = ["exo-orphan-guard"]\n' in pyproject
 
 
 def test_without_a_readable_undo_record_revert_leaves_source_and_lock_and_says_so(
@@ -138,7 +140,7 @@ def test_a_second_apply_with_another_source_replaces_the_entry_and_revert_still_
     assert run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))[0] == 0
     code, out, _ = run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(checkout))
     assert code == 0 and "already applied: nothing changed" in out[0]
-    assert out[1] == f"source: {checkout} (checkout)"
+    assert out[1] == f"source: {checkout} (checkout), with the orphan-guard extra"
     text = (tree / "pyproject.toml").read_text()
     assert text.count("exo-orphan-guard = {") == 1 and str(wheel) not in text
     assert run(capsys, "patch", "revert", "--exo", str(tree))[0] == 0
@@ -280,3 +282,15 @@ def test_a_record_left_in_the_tree_by_an_earlier_release_is_read_and_moved_out(
     assert (code, out[0]) == (0, "source: exo-orphan-guard entry removed")
     assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()
     assert snapshot(tree) == before
+
+
+def test_the_extra_is_added_once_at_the_end_of_its_table_or_in_a_new_one() -> None:
+    added = uv_project.with_extra(PYPROJECT)
+    assert added.count(b"orphan-guard = ") == 1
+    assert uv_project.with_extra(added) == added  # there already: as it is
+    bare = b'[project]\nname = "exo"\n'
+    assert uv_project.with_extra(bare) == (
+        bare + b'\n[project.optional-dependencies]\norphan-guard = ["exo-orphan-guard"]\n'
+    )
+    quoted = PYPROJECT.replace(b'build = ["nanobind"]', b'"orphan-guard" = ["x"]')
+    assert uv_project.with_extra(quoted) == quoted

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.exo import patching
+from exo_orphan_guard.exo import anchors, format_patch, patching, placement
 from exo_orphan_guard.exo.patch_format import (
     HunkMismatchError,
     PatchFormatError,
@@ -20,13 +20,6 @@ from exo_orphan_guard.tools import cli
 
 SERIES = [series for series in patching.load_series() if not series.earlier]
 SERIES_NAMES = [series.name for series in SERIES]
-RUNNERS = {
-    "main": ("src/exo/worker/runner/runner.py",),
-    "v1.0.71": (
-        "src/exo/worker/runner/llm_inference/runner.py",
-        "src/exo/worker/runner/image_models/runner.py",
-    ),
-}
 
 
 def build_tree(root: Path, series: patching.Series) -> dict[str, bytes]:
@@ -81,26 +74,29 @@ def series(request: pytest.FixtureRequest) -> patching.Series:
 
 
 def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patching.Series) -> None:
-    assert set(series.files) == {
-        "src/exo/worker/orphan_guard.py",
-        "src/exo/worker/runner/bootstrap.py",
-        "src/exo/worker/main.py",
-        "src/exo/worker/plan.py",  # it skips an instance whose ConnectToGroup waits
-        "src/exo/worker/tests/unittests/test_plan/test_connect_to_group.py",  # and its test
-        patching.SERIES_MARKERS[series.name],  # the supervisor: failure diagnosis
-        "pyproject.toml",
-        ".github/workflows/build-app.yml",  # the app build syncs the extra
-        "justfile",  # so does `just build-app`
-        "packaging/pyinstaller/exo.spec",  # the app bundles the package
-        *RUNNERS[series.name],  # their shutdown is not interrupted by the worker's death
+    """Issue 28's footprint: the new files, and entrypoint's and Worker.run's files."""
+    assert set(series.files) == {*placement.new_files(), *placement.HOOKED_FILES}
+    created = {
+        diff.path: b"".join(diff.hunks[0].new_lines)
+        for _, diff in series.diffs
+        if diff.old_path is None
     }
-    modules = {
-        b"".join(diff.hunks[0].new_lines)
-        for loaded in SERIES
-        for _, diff in loaded.diffs
-        if diff.old_path is None and diff.path == "src/exo/worker/orphan_guard.py"
-    }
-    assert len(modules) == 1
+    assert created == placement.new_files()  # exactly exo_tree/, as shipped
+
+
+def test_the_footprint_in_exos_own_files_is_eight_added_lines(series: patching.Series) -> None:
+    """Against the seven-patch series' +60/-16 in 9 of exo's files."""
+    added = removed = 0
+    for _, diff in series.diffs:
+        if diff.old_path is None:
+            continue
+        for hunk in diff.hunks:
+            change = format_patch.Change(
+                diff.path, b"".join(hunk.old_lines), b"".join(hunk.new_lines)
+            )
+            added, removed = added + change.counts[0], removed + change.counts[1]
+    existing = {diff.path for _, diff in series.diffs if diff.old_path is not None}
+    assert (added, removed, len(existing)) == (8, 0, 2)
 
 
 def test_apply_then_apply_again_then_revert_is_byte_exact(
@@ -112,9 +108,11 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     assert changed and status.state == "applied" and status.series.name == series.name
     applied = snapshot(tmp_path)
     assert applied != original and "src/exo/worker/orphan_guard.py" in applied
-    assert b'orphan-guard = ["exo-orphan-guard"]' in applied["pyproject.toml"]
-    assert b"case ConnectToGroup() if orphan_guard.guarding():" in applied["src/exo/worker/main.py"]
-    assert b"uv sync --locked --extra orphan-guard\n" in applied[".github/workflows/build-app.yml"]
+    bootstrap = applied[anchors.ENTRYPOINT_FILE]
+    assert b"    from exo.worker.orphan_guard import guard_runner\n" in bootstrap
+    assert b"    guard_runner(bound_instance, task_receiver)\n" in bootstrap
+    assert b"        guard_worker()\n" in applied[anchors.WORKER_FILE]
+    assert "pyproject.toml" not in applied  # no extra: see uv_project
     assert patching.apply(tmp_path) == (status, False)
     assert snapshot(tmp_path) == applied
     status, changed = patching.revert(tmp_path)
@@ -123,15 +121,16 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     assert patching.revert(tmp_path)[1] is False
 
 
-def test_a_hunk_that_does_not_match_changes_nothing_and_is_named(
+def test_a_tree_neither_series_nor_anchors_fit_changes_nothing_and_is_named(
     tmp_path: Path, series: patching.Series
 ) -> None:
     build_tree(tmp_path, series)
-    pyproject = tmp_path / "pyproject.toml"  # patched last: earlier files would be done
-    pyproject.write_bytes(pyproject.read_bytes().replace(b"[project.optional", b"[project.opt"))
+    main = tmp_path / anchors.WORKER_FILE
+    main.write_bytes(main.read_bytes().replace(b"Starting Worker", b"Starting"))
     before = snapshot(tmp_path)
-    with pytest.raises(patching.PatchError, match=r"pyproject\.toml, hunk 1 \(@@ -\d+,\d+"):
+    with pytest.raises(patching.PatchError, match=r"^the hooks have no place ") as raised:
         patching.apply(tmp_path)
+    assert any(line.startswith("anchor Worker.run: missing") for line in raised.value.details)
     assert snapshot(tmp_path) == before
 
 
@@ -139,9 +138,9 @@ def test_local_edits_to_patched_lines_block_revert(tmp_path: Path, series: patch
     build_tree(tmp_path, series)
     patching.apply(tmp_path)
     main = tmp_path / "src/exo/worker/main.py"
-    main.write_bytes(main.read_bytes().replace(b"orphan_guard.prepare_worker()", b"pass"))
+    main.write_bytes(main.read_bytes().replace(b"        guard_worker()", b"        pass"))
     before = snapshot(tmp_path)
-    with pytest.raises(patching.PatchError, match=r"does not come out again.*main\.py, hunk"):
+    with pytest.raises(patching.PatchError):
         patching.revert(tmp_path)
     assert snapshot(tmp_path) == before
 
@@ -170,11 +169,14 @@ def test_not_an_exo_tree(tmp_path: Path) -> None:
         patching.check(tmp_path)
 
 
-def test_a_version_no_series_fits(tmp_path: Path) -> None:
+def test_without_a_supervisor_file_the_anchors_decide(tmp_path: Path) -> None:
+    """No stored series by its supervisor file: placement at the anchors, which this
+    tree (only the series' context lines, not Python) does not have."""
     build_tree(tmp_path, SERIES[0])
     (tmp_path / patching.SERIES_MARKERS[SERIES[0].name]).unlink()
-    with pytest.raises(patching.PatchError, match="no patch series fits"):
+    with pytest.raises(patching.PatchError, match="the hooks have no place") as raised:
         patching.check(tmp_path)
+    assert any(line.startswith("anchor entrypoint: missing") for line in raised.value.details)
 
 
 def test_cli_exit_codes_and_one_line_messages(
@@ -255,21 +257,36 @@ def test_each_shipped_patch_is_a_format_patch_with_a_subject_and_a_message() -> 
     for name in SERIES_NAMES:
         directory = patching.PATCHES_DIR / name
         patches = patching.patch_files(directory)
-        assert len(patches) == 7 and (directory / patching.COVER_LETTER).is_file()
+        assert [patch.name for patch in patches] == list(patching.PATCH_NAMES)
+        assert (directory / patching.COVER_LETTER).is_file()
         for number, patch in enumerate(patches, start=1):
             text = patch.read_text()
             head, _, _ = text.partition("\n---\n")
             lines = head.splitlines()
             assert lines[0].startswith("From ") and lines[1].startswith("From: "), patch
             subject = next(line for line in lines if line.startswith("Subject: "))
-            assert subject.startswith(f"Subject: [PATCH {number}/7] "), patch
+            prefix = f"Subject: [PATCH {number}/3] "
+            assert subject.startswith(f"{prefix}feature: "), patch  # exo's RULES.md
+            assert len(subject.removeprefix(prefix)) <= 50, subject
             body = head.split("\n\n", 1)[1]
             assert len(body.split()) > 30, f"{patch}: the message says too little"
 
 
 def test_the_earlier_release_series_are_kept_for_revert() -> None:
+    """Both generations, newest first: the seven-patch series, then the bare diffs."""
     earlier = [series for series in patching.load_series() if series.earlier]
-    assert sorted(series.name for series in earlier) == sorted(SERIES_NAMES)
+    assert [series.name for series in earlier] == SERIES_NAMES * 2
+    assert [len({name for name, _ in series.diffs}) for series in earlier] == [7, 7, 7, 7]
+    assert all("pyproject.toml" in series.files for series in earlier)
+
+
+def test_the_cover_letter_says_the_extra_is_not_in_the_series() -> None:
+    for name in SERIES_NAMES:
+        cover = (patching.PATCHES_DIR / name / patching.COVER_LETTER).read_text()
+        assert "uv run --with exo-orphan-guard exo" in cover
+        assert 'orphan-guard = ["exo-orphan-guard"]' in cover and "uv lock" in cover
+        assert " 4 files changed, 264 insertions(+)\n" in cover
+        assert "Hardware test plan" in cover  # exo's PR template asks for one
 
 
 @pytest.mark.parametrize("name", SERIES_NAMES)
@@ -298,13 +315,16 @@ def test_the_hooks_module_passes_ruff_with_exos_rules(tmp_path: Path, name: str)
         assert result.returncode == 0, result.stdout + result.stderr
 
 
-EARLIER = {series.name: series for series in patching.load_series() if series.earlier}
+EARLIER = [series for series in patching.load_series() if series.earlier]
 
 
+@pytest.mark.parametrize(
+    "earlier", EARLIER, ids=[f"{n}-{s.name}" for n, s in zip((2, 2, 1, 1), EARLIER, strict=True)]
+)
 def test_a_tree_an_earlier_release_patched_is_named_and_reverted_byte_for_byte(
-    tmp_path: Path, series: patching.Series, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, earlier: patching.Series, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    earlier = EARLIER[series.name]
+    series = earlier
     original = build_tree(tmp_path, earlier)
     patching._change(tmp_path, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
     status = patching.check(tmp_path)

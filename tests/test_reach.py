@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import reach, reach_table
+from bench import reach, reach_commits, reach_ruff, reach_table
 from bench.reach import AnchorResult, Record
+from exo_orphan_guard.exo import placement
 from tests.test_patch_refusal import GIT, another_exo, fitting_tree
 
 
@@ -42,6 +43,10 @@ def record(
         apply_line=apply_line,
         hooks=True if reached else None,
         compiles=True if reached else None,
+        ruff="0.14.11",
+        ruff_clean=True if reached else None,
+        ruff_preexisting=False if reached else None,
+        ruff_output="",
         revert_exact=True if reached else None,
         reached=reached,
         seconds=0.5,
@@ -49,10 +54,10 @@ def record(
 
 
 def test_every_step_th_commit_and_the_last_are_picked() -> None:
-    assert reach.pick([f"c{n}" for n in range(25)], 10) == [0, 10, 20, 24]
-    assert reach.pick([f"c{n}" for n in range(21)], 10) == [0, 10, 20]
-    assert reach.pick(["only"], 10) == [0]
-    assert reach.pick([], 3) == []
+    assert reach_commits.pick([f"c{n}" for n in range(25)], 10) == [0, 10, 20, 24]
+    assert reach_commits.pick([f"c{n}" for n in range(21)], 10) == [0, 10, 20]
+    assert reach_commits.pick(["only"], 10) == [0]
+    assert reach_commits.pick([], 3) == []
 
 
 def exo_repository(tmp_path: Path) -> tuple[Path, list[str]]:
@@ -80,14 +85,15 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
         (older, 0, "v1.0.70"),
         (newer, 1, "v1.0.71"),
     ]
-    refused = reach.measure(repository, commits[0], tmp_path / "w0", sys.executable, "f" * 16)
-    assert refused["apply_exit"] == 2 and not refused["reached"]
-    assert refused["apply_line"].startswith(
-        "exo-orphan-guard: error: series main does not fit the exo tree at <tree>: "
-    )
-    assert [anchor["found"] for anchor in refused["anchors"]] == [True, True, True]
-    assert refused["hooks"] is refused["compiles"] is refused["revert_exact"] is None
-    assert reach_table.stopped_at(refused) == "bootstrap.py, patch 0002 hunk 1"
+    # Another exo: the stored series does not fit, the hooks are placed at its anchors.
+    placed = reach.measure(repository, commits[0], tmp_path / "w0", sys.executable, "f" * 16)
+    assert placed["apply_exit"] == 0
+    files = len(placement.new_files()) + 2
+    assert placed["apply_line"].startswith(f"series placed at the anchors ({files} files) applied")
+    assert [anchor["found"] for anchor in placed["anchors"]] == [True, True, True]
+    assert (placed["hooks"], placed["compiles"], placed["revert_exact"]) == (True, True, True)
+    assert placed["ruff"] is None and placed["ruff_clean"] is None  # no uv.lock: no pin
+    assert placed["reached"] and reach_table.stopped_at(placed) == "reached"
     # The fitting tree takes the series, has the hooks and reverts byte for byte; but its
     # files are only the series' context lines, which do not compile: not reached.
     applied = reach.measure(repository, commits[1], tmp_path / "w1", sys.executable, "f" * 16)
@@ -98,6 +104,49 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     assert not (tmp_path / "w0").exists() and not (tmp_path / "w1").exists()
 
 
+def test_a_tree_without_an_anchor_is_refused_and_says_which(tmp_path: Path) -> None:
+    repository, (older, _) = exo_repository(tmp_path)
+    main = repository / "src/exo/worker/main.py"
+    git_in = [*GIT, "-C", str(repository)]
+    subprocess.run([*git_in, "checkout", "-q", older], check=True)
+    main.write_text(main.read_text().replace("Starting Worker", "Starting"))
+    subprocess.run([*git_in, "commit", "-qam", "no anchor"], check=True)
+    commit = reach.heads(repository, ["HEAD"])[0]
+    refused = reach.measure(repository, commit, tmp_path / "w", sys.executable, "f" * 16)
+    assert refused["apply_exit"] == 2 and not refused["reached"]
+    assert refused["apply_line"].startswith(
+        "exo-orphan-guard: error: the hooks have no place in the exo tree at <tree>: "
+    )
+    assert "Worker.run: missing, src/exo/worker/main.py" in refused["apply_line"]
+    assert refused["hooks"] is refused["compiles"] is refused["revert_exact"] is None
+
+
+def test_ruff_findings_are_compared_without_their_line_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork that does not run exo's ruff has findings of its own: lines the hooks
+    shift are the same findings; a finding the hooks add is a new one."""
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.skip(f"no ruff beside {sys.executable}")
+
+    def binary(version: str) -> Path:
+        return ruff
+
+    monkeypatch.setattr(reach_ruff, "ruff_binary", binary)
+    source = tmp_path / "f.py"
+    source.write_text("import os\n\nx = [\n    1,2]\n")
+    before = reach_ruff.ruff_findings("any", tmp_path, ["f.py"])
+    assert any("F401" in finding for finding in before.findings)
+    assert any(finding.startswith("format: ") for finding in before.findings)
+    source.write_text("# shifted\nimport os\n\nx = [\n    1,2]\n")
+    shifted = reach_ruff.ruff_findings("any", tmp_path, ["f.py"])
+    assert set(shifted.findings) <= set(before.findings)
+    source.write_text("import os\nimport sys\n\nx = [\n    1,2]\n")
+    added = reach_ruff.ruff_findings("any", tmp_path, ["f.py"])
+    assert not set(added.findings) <= set(before.findings)
+
+
 def test_a_run_resumes_from_its_records_and_drops_stale_ones(tmp_path: Path) -> None:
     repository, (older, newer) = exo_repository(tmp_path)
     results = tmp_path / "reach.jsonl"
@@ -106,7 +155,7 @@ def test_a_run_resumes_from_its_records_and_drops_stale_ones(tmp_path: Path) -> 
     results.write_text(json.dumps(stale) + "\n" + json.dumps(cached) + "\n")
     records = reach.run(repository, "v1.0.70", "HEAD", 1, results, sys.executable)
     assert [entry["commit"] for entry in records] == [older, newer]
-    assert records[1]["apply_line"] == "cached" and records[0]["apply_exit"] == 2
+    assert records[1]["apply_line"] == "cached" and records[0]["apply_exit"] == 0
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert [line["commit"] for line in lines] == [newer, older]
     assert {line["fingerprint"] for line in lines} == {reach.fingerprint()}

@@ -1,10 +1,10 @@
 """`exo-orphan-guard patch check|apply|revert|export --exo PATH [--source SRC] [--no-lock]
 [--out DIR]`.
 
-The series (`patching`) puts the hooks and the `orphan-guard` extra into exo; this
-module adds what makes that extra resolve in exo's uv project (`uv_project`): the
-`[tool.uv.sources]` entry for `--source`, `uv lock` when uv is on PATH, and an undo
-record so revert restores `pyproject.toml` and `uv.lock` byte for byte.
+The series (`patching`) puts the hooks into exo and leaves `pyproject.toml` alone;
+`--source` adds, in this tree, the `orphan-guard` extra and the `[tool.uv.sources]`
+entry that makes it resolve (`uv_project`), then `uv lock` when uv is on PATH, with
+an undo record so revert restores `pyproject.toml` and `uv.lock` byte for byte.
 
 `export` writes the series for the tree's exo version (`git format-patch` files and
 the cover letter) for review, `git am` or a rebase onto a newer exo.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from .._version import __version__
-from . import patching, uv_project
+from . import format_patch, patching, placement, uv_project
 from .uv_project import LOCK, PYPROJECT, Saved, Source, digest
 
 EXIT_OK: Final = 0
@@ -100,22 +100,23 @@ def _apply(tree: Path, source: Source | None, lock: bool, say: Callable[[str], N
     undo = uv_project.read_undo(tree)
     fresh = status.state == "not applied"
     original_lock = _read(tree / LOCK)
+    original_pyproject = _read(tree / PYPROJECT)
     if fresh:
         # A record left from an earlier, since reverted, round no longer applies.
         undo = {}
     status, changed = patching.apply(tree)
     files = len(status.series.files)
     done = "applied" if changed else "already applied: nothing changed"
-    say(f"series {status.series.name} ({files} files) {done} in {tree}")
+    say(f"series {status.series.label} ({files} files) {done} in {tree}")
 
     pyproject = _read(tree / PYPROJECT) or b""
     if source is not None:
-        updated = uv_project.with_source(pyproject, source)
+        updated = uv_project.with_extra(uv_project.with_source(pyproject, source))
         if updated != pyproject:
             _write(tree / PYPROJECT, updated)
             before = undo[PYPROJECT].before if PYPROJECT in undo else pyproject
             undo[PYPROJECT] = Saved(before, digest(updated))
-        say(f"source: {source.path} ({source.kind})")
+        say(f"source: {source.path} ({source.kind}), with the orphan-guard extra")
     else:
         declared = uv_project.declared_source(pyproject)
         if declared is None:
@@ -123,6 +124,11 @@ def _apply(tree: Path, source: Source | None, lock: bool, say: Callable[[str], N
         else:
             say(f"source: {declared} (kept)")
 
+    if source is None and _read(tree / PYPROJECT) == original_pyproject:
+        # Nothing uv reads changed: the lock is as current as it was.
+        say("uv.lock: nothing to lock (pyproject.toml is unchanged)")
+        uv_project.write_undo(tree, undo)
+        return EXIT_OK
     if original_lock is not None and LOCK not in undo and (fresh or source is not None):
         undo[LOCK] = Saved(original_lock, digest(original_lock))
     _lock(tree, lock, undo, say)
@@ -187,21 +193,33 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
 
 
 def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
-    name, why = patching.chosen_for(tree)
-    say(f"series {name}: {why}")
     try:
         status = patching.check(tree)
-        state = f"{status.state} (series {status.series.label})"
     except patching.PatchError as error:
-        state = f"does not apply as it is ({error}): rebase it with git am -3"
-    say(f"state in {tree}: {state}")
-    directory = patching.PATCHES_DIR / name
-    files = [directory / patching.COVER_LETTER, *patching.patch_files(directory)]
-    target = (out or Path(f"orphan-guard-{name}")).expanduser().resolve()
+        name, why = patching.chosen_for(tree)
+        say(f"series {name}: {why}")
+        say(f"state in {tree}: does not apply as it is ({error}): rebase it with git am -3")
+        files = _stored(name)
+        default = name
+    else:
+        if status.series.earlier or status.series.name == patching.PLACED:
+            say(
+                f"series {patching.PLACED}: {tree} is not an exo the stored series was "
+                "written for: the same hooks, placed at its anchors"
+            )
+            files = _generated(tree)
+            default = patching.PLACED
+        else:
+            name, why = patching.chosen_for(tree)
+            say(f"series {name}: {why}")
+            files = _stored(name)
+            default = name
+        say(f"state in {tree}: {status.state} (series {status.series.label})")
+    target = (out or Path(f"orphan-guard-{default}")).expanduser().resolve()
     try:
         target.mkdir(parents=True, exist_ok=True)
-        for file in files:
-            patching.write_atomically(target / file.name, file.read_bytes())
+        for file_name, content in files:
+            patching.write_atomically(target / file_name, content)
     except OSError as error:
         raise patching.PatchError(f"cannot write {error.filename}: {error.strerror}") from error
     say(f"wrote {len(files)} files to {target}")
@@ -209,11 +227,36 @@ def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
     return EXIT_OK
 
 
+def _stored(name: str) -> list[tuple[str, bytes]]:
+    directory = patching.PATCHES_DIR / name
+    files = [directory / patching.COVER_LETTER, *patching.patch_files(directory)]
+    return [(file.name, file.read_bytes()) for file in files]
+
+
+def _generated(tree: Path) -> list[tuple[str, bytes]]:
+    """The series for `tree` as it is: the stored patches' messages, this tree's diffs."""
+    placed = patching.footprint(tree)
+    template = dict(_stored("main"))
+    groups = placement.patches()
+    patches: list[tuple[str, bytes]] = []
+    every: list[format_patch.Change] = []
+    for number, (name, paths) in enumerate(zip(patching.PATCH_NAMES, groups, strict=True), 1):
+        changes = format_patch.changes_between(placed.original, placed.patched, paths)
+        every += changes
+        message = format_patch.message_of(template[name])
+        patches.append((name, format_patch.patch(message, number, len(groups), changes)))
+    cover = format_patch.with_diffstat(
+        template[patching.COVER_LETTER], sorted(every, key=lambda change: change.path)
+    )
+    return [(patching.COVER_LETTER, cover), *patches]
+
+
 def _no_source_advice(tree: Path) -> str:
+    where = suggested_source()
     return (
-        "the orphan-guard extra resolves only once exo-orphan-guard is on your package "
-        f"index; until then run: exo-orphan-guard patch apply --exo {tree} "
-        f"--source {suggested_source()}"
+        f"exo's uv project does not name exo-orphan-guard: run exo with it (uv run --with "
+        f"{where} exo), or add it as a source and extra in this tree: exo-orphan-guard "
+        f"patch apply --exo {tree} --source {where}"
     )
 
 

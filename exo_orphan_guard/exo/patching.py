@@ -1,18 +1,20 @@
 """`exo-orphan-guard patch check|apply|revert --exo PATH`: put the hooks into exo.
 
-A series is the ordered patches in `patches/<name>/`: `git format-patch` files
-(`git am` takes them as they are), and a cover letter that is not applied. Which
-series fits a tree is decided by its supervisor file (renamed in exo #2000) and then
-by whether the series applies cleanly forwards (not applied) or backwards (applied).
-A tree that an earlier release patched (`patches/earlier/<name>/`, bare diffs) is
-found too: revert takes it back, apply replaces it. All files are patched in memory
-first; only if every hunk applies is anything written, and a failed write puts back
-what was already written. Reverting applies the series backwards, which restores
-the original bytes.
+The footprint is a new hooks module (`exo_tree/`) and two calls, each with its
+import beside it, at anchors exo has not moved since v1.0.61 (`anchors`). A series
+is the ordered patches in `patches/<name>/`: `git format-patch` files (`git am`
+takes them as they are), and a cover letter that is not applied. The stored series
+fits the two trees it was written for (exo main and v1.0.71, told apart by their
+supervisor file); every other tree whose anchors `ast` finds gets the same lines
+placed at the anchors (`placement`), as a series computed for that tree. A tree
+that an earlier release patched (`patches/earlier/<generation>/<name>/`, newest
+generation first) is found too: revert takes it back, apply replaces it. All files
+are patched in memory first; only if every hunk applies is anything written, and a
+failed write puts back what was already written. Reverting applies the series
+backwards, which restores the original bytes.
 
-A tree no series fits is refused with what `refusal` finds out about it: the hunk
-that did not match, the anchors, exo's version, local edits only where git sees
-them, and what to do.
+A tree without the anchors is refused with what `refusal` finds out about it: the
+anchor, exo's version, local edits only where git sees them, and what to do.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
 
-from . import refusal
+from . import format_patch, placement, refusal
 from .patch_format import (
     FileDiff,
     HunkMismatchError,
@@ -35,7 +37,10 @@ from .patch_format import (
 
 PATCHES_DIR: Final = Path(__file__).resolve().parent / "patches"
 EARLIER: Final = "earlier"
-"""The subdirectory with the series an earlier release wrote into trees."""
+"""The subdirectory with the series earlier releases wrote into trees, one
+subdirectory per generation (`1`: bare diffs; `2`: the seven-patch series)."""
+PLACED: Final = "anchors"
+"""The name of a series computed for a tree the stored one does not fit."""
 COVER_LETTER: Final = "0000-cover-letter.patch"
 EXO_MARKER: Final = "src/exo/worker/runner/bootstrap.py"
 SERIES_MARKERS: Final[Mapping[str, str]] = {
@@ -69,9 +74,13 @@ class Series:
     """(patch file name, file diff), in application order."""
     earlier: bool = False
     """An earlier release's series: found and reverted, never applied."""
+    directory: Path | None = None
+    """Where its patches are (None: computed for one tree, `placed_series`)."""
 
     @property
     def label(self) -> str:
+        if self.name == PLACED:
+            return "placed at the anchors"
         return f"{self.name} (an earlier release's)" if self.earlier else self.name
 
     @property
@@ -87,12 +96,19 @@ class TreeStatus:
 
 
 def load_series(root: Path = PATCHES_DIR) -> list[Series]:
-    """The current series, then the earlier ones (where `root` has them)."""
+    """The current series, then the earlier ones, newest generation first (where
+    `root` has them)."""
     series = [_load(root / name, name, earlier=False) for name in SERIES_MARKERS]
+    generations = sorted(
+        (path for path in (root / EARLIER).glob("*") if path.is_dir()),
+        key=lambda path: (len(path.name), path.name),
+        reverse=True,
+    )
     series += [
-        _load(root / EARLIER / name, name, earlier=True)
+        _load(generation / name, name, earlier=True)
+        for generation in generations
         for name in SERIES_MARKERS
-        if (root / EARLIER / name).is_dir()
+        if (generation / name).is_dir()
     ]
     return series
 
@@ -111,37 +127,64 @@ def _load(directory: Path, name: str, *, earlier: bool) -> Series:
             raise PatchError(f"{patch}: not a usable patch ({error})") from error
     if not diffs:
         raise PatchError(f"no patches in {directory}: the installation is incomplete")
-    return Series(name, tuple(diffs), earlier)
+    return Series(name, tuple(diffs), earlier, directory)
 
 
 def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
     """Which series fits `tree` and whether it is applied; PatchError otherwise. A tree
     an earlier release patched is "applied" with that release's series."""
-    current, *earlier = _series_for(tree, all_series if all_series is not None else load_series())
-    originals = _read(tree, current.files)
-    forward = _try(current.diffs, originals, reverse=False)
-    if isinstance(forward, dict):
-        return TreeStatus(current, "not applied")
-    backward = _try(current.diffs, originals, reverse=True)
-    if isinstance(backward, dict):
-        return TreeStatus(current, "applied")
+    chosen = all_series if all_series is not None else load_series()
+    current, earlier = _series_for(tree, chosen)
+    if current is not None:
+        originals = _read(tree, current.files)
+        if isinstance(_try(current.diffs, originals, reverse=False), dict):
+            return TreeStatus(current, "not applied")
+        if isinstance(_try(current.diffs, originals, reverse=True), dict):
+            return TreeStatus(current, "applied")
     for series in earlier:
         if isinstance(_try(series.diffs, _read(tree, series.files), reverse=True), dict):
             return TreeStatus(series, "applied")
-    # Name the failure of the direction that got further (forward on a tie): where the
-    # tree parts from what the series expects. Nothing has been written.
-    direction: refusal.Direction = "revert" if backward.progress > forward.progress else "apply"
-    failure = backward if direction == "revert" else forward
-    mismatch = refusal.Mismatch(
-        current.name, WRITTEN_FOR[current.name], direction, failure.path, failure.reason
-    )
+    placed = placement.placement(_read(tree, placement.inputs()))
+    if isinstance(placed, placement.Placed):
+        return TreeStatus(placed_series(placed), placed.state)
+    raise _refusal(tree, placed)
+
+
+def _refusal(tree: Path, problem: placement.Problem) -> PatchError:
+    """Why nothing fits: the anchor that is missing, or hooks that are partly in."""
+    if problem.anchor is not None:
+        mismatch = refusal.Mismatch(
+            PLACED, "", "apply", problem.file, problem.reason, kind="anchor"
+        )
+    else:
+        mismatch = refusal.Mismatch(
+            PLACED, "", "revert", problem.file, problem.reason, kind="partial"
+        )
     refused = refusal.refuse(
         tree,
         mismatch,
-        current.files,
-        lambda contents: isinstance(_try(current.diffs, contents, reverse=False), dict),
+        placement.inputs(),
+        lambda contents: isinstance(placement.placement(contents), placement.Placed),
     )
-    raise PatchError(refused.line, refused.details)
+    return PatchError(refused.line, refused.details)
+
+
+def placed_series(placed: placement.Placed) -> Series:
+    """The hooks placed at the anchors of one tree, as a series of file diffs."""
+    diffs: list[tuple[str, FileDiff]] = []
+    for name, paths in zip(PATCH_NAMES, placement.patches(), strict=True):
+        for change in format_patch.changes_between(placed.original, placed.patched, paths):
+            diff_text = format_patch.file_diff(change)
+            diffs.extend((name, diff) for diff in parse_unified_diff(diff_text))
+    return Series(PLACED, tuple(diffs))
+
+
+PATCH_NAMES: Final = (
+    "0001-add-optional-orphan-guard-hooks-module.patch",
+    "0002-guard-runners-from-the-top-of-entrypoint.patch",
+    "0003-guard-the-worker-from-the-start-of-run.patch",
+)
+"""The stored series' patches, one for each group of `placement.patches()`."""
 
 
 def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
@@ -151,12 +194,43 @@ def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeS
     status = check(tree, chosen)
     if status.state == "applied" and not status.series.earlier:
         return status, False
-    current = _series_for(tree, chosen)[0]
-    steps = [(current, False)]
+    paths = tuple(dict.fromkeys([*status.series.files, *placement.inputs()]))
+    originals = _read(tree, paths)
+    contents: dict[str, bytes | None] = dict(originals)
+    current = status.series
     if status.series.earlier:
-        steps.insert(0, (status.series, True))
-    _change(tree, steps)
+        contents.update(_applied(status.series, contents, reverse=True))
+        current = _fitting(tree, chosen, contents)
+    contents.update(_applied(current, contents, reverse=False))
+    _write_all(tree, originals, contents)
     return TreeStatus(current, "applied"), True
+
+
+def footprint(tree: Path, all_series: Sequence[Series] | None = None) -> placement.Placed:
+    """The tree without the hooks and with them, whichever series is in it (the stored
+    one, an earlier release's, or none): what `export` writes as a series."""
+    status = check(tree, all_series)
+    contents = _read(tree, tuple(dict.fromkeys([*status.series.files, *placement.inputs()])))
+    if status.state == "applied":
+        contents.update(_applied(status.series, contents, reverse=True))
+    placed = placement.placement(contents)
+    if isinstance(placed, placement.Problem):  # pragma: no cover - check() placed it
+        raise PatchError(placed.reason)
+    return placed
+
+
+def _fitting(
+    tree: Path, all_series: Sequence[Series], contents: Mapping[str, bytes | None]
+) -> Series:
+    """The current series for a tree as `contents` has it, not applied."""
+    current, _ = _series_for(tree, all_series)
+    if current is not None and isinstance(_try(current.diffs, contents, reverse=False), dict):
+        return current
+    placed = placement.placement(contents)
+    if isinstance(placed, placement.Problem) or placed.state == "applied":
+        reason = placed.reason if isinstance(placed, placement.Problem) else "hooks in"
+        raise PatchError(f"the tree an earlier release patched, taken back, has {reason}")
+    return placed_series(placed)
 
 
 def revert(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
@@ -174,41 +248,41 @@ def _change(tree: Path, steps: Sequence[tuple[Series, bool]]) -> None:
     originals = _read(tree, paths)
     contents: dict[str, bytes | None] = dict(originals)
     for series, reverse in steps:
-        changed = _try(series.diffs, contents, reverse=reverse)
-        if not isinstance(changed, dict):  # pragma: no cover - check() just proved it applies
-            raise PatchError(changed.reason)
-        contents.update(changed)
+        contents.update(_applied(series, contents, reverse=reverse))
     _write_all(tree, originals, contents)
 
 
+def _applied(
+    series: Series, contents: Mapping[str, bytes | None], *, reverse: bool
+) -> dict[str, bytes | None]:
+    changed = _try(series.diffs, contents, reverse=reverse)
+    if not isinstance(changed, dict):  # pragma: no cover - check() just proved it applies
+        raise PatchError(changed.reason)
+    return changed
+
+
 def chosen_for(tree: Path) -> tuple[str, str]:
-    """(series name, why) for `tree`, by its supervisor file alone: what `export` writes
-    even for a tree the series no longer applies to."""
+    """(series name, why) for `tree`, by its supervisor file alone: which stored series
+    `export` writes for a tree nothing fits."""
     if not (tree / EXO_MARKER).is_file():
         raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
     names = [name for name, marker in SERIES_MARKERS.items() if (tree / marker).is_file()]
     if len(names) != 1:
-        known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
-        raise PatchError(
-            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}"
-        )
+        return "main", f"{tree} has neither or both supervisor files: exo main's is the newest"
     name = names[0]
     return name, f"{tree} has {SERIES_MARKERS[name]}, which only exo {name} has"
 
 
-def _series_for(tree: Path, all_series: Sequence[Series]) -> list[Series]:
-    """The current series that fits `tree`, then the earlier ones of its version."""
+def _series_for(tree: Path, all_series: Sequence[Series]) -> tuple[Series | None, list[Series]]:
+    """The current stored series that fits `tree` by its supervisor file (None: neither
+    or both files), and the earlier ones of that version."""
     if not (tree / EXO_MARKER).is_file():
         raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
     fitting = [series for series in all_series if (tree / SERIES_MARKERS[series.name]).is_file()]
     current = [series for series in fitting if not series.earlier]
-    if len(current) != 1:
-        known = ", ".join(f"{marker} ({name})" for name, marker in SERIES_MARKERS.items())
-        raise PatchError(
-            f"no patch series fits the exo tree at {tree}: it should have exactly one of {known}",
-            refusal.version_and_anchors(tree),
-        )
-    return current + [series for series in fitting if series.earlier]
+    if len({series.name for series in current}) != 1:
+        return None, []
+    return current[0], [series for series in fitting if series.earlier]
 
 
 def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:

@@ -40,7 +40,10 @@ class Mismatch:
     path: str
     reason: str
     """The file, the hunk and the patch, e.g. `src/..., hunk 1 (@@ ...) of 0002-... does
-    not match`."""
+    not match`; or the anchor that is missing and why."""
+    kind: Literal["hunk", "anchor", "partial"] = "hunk"
+    """`anchor`: an anchor the hooks need is missing (`reason` describes it);
+    `partial`: the hooks are in the tree, but not all or not as placed."""
 
 
 @final
@@ -137,7 +140,13 @@ def compose(tree: Path, mismatch: Mismatch, found: Sequence[Anchor], facts: GitF
         facts.head_fits is None and mismatch.path in facts.edited_paths
     )
     which = f"exo {facts.version} at {tree}" if facts.kind == "git" else f"the exo tree at {tree}"
-    if mismatch.direction == "revert":
+    if mismatch.kind == "anchor" and edits_at_fault:
+        head = f"the hooks have no place in the local edits in {which}"
+    elif mismatch.kind == "anchor":
+        head = f"the hooks have no place in {which}"
+    elif mismatch.kind == "partial":
+        head = f"the hooks are in {which} but do not come out again"
+    elif mismatch.direction == "revert":
         head = f"series {mismatch.series} is in {which} but does not come out again"
     elif edits_at_fault:
         head = f"series {mismatch.series} does not apply to local edits in {which}"
@@ -207,7 +216,7 @@ def _advice(
     lost = [anchor.anchor for anchor in found if not anchor.found]
     if mismatch.direction == "revert":
         return (
-            f"what to do: the series' lines in {mismatch.path} were changed after apply; "
+            f"what to do: the hooks' lines in {mismatch.path} were changed after apply; "
             f"put them back as the series wrote them (git -C {tree} diff -- {mismatch.path} "
             "shows them in a git tree), then revert"
         )

@@ -1,9 +1,10 @@
 """exo's uv project around the patch series: where `exo-orphan-guard` comes from, and
 `uv.lock`.
 
-exo is a uv project whose `uv.lock` resolves every extra. The series adds the
-`orphan-guard` extra; until exo-orphan-guard is on an index, the extra resolves only
-through a `[tool.uv.sources]` entry (a wheel, an sdist or a checkout). The pure
+exo is a uv project whose `uv.lock` resolves every extra. The series adds no extra
+(one naming a package on no index breaks `uv lock` for everyone); `--source` adds,
+in this tree only, the `orphan-guard` extra and the `[tool.uv.sources]` entry (a
+wheel, an sdist or a checkout) that makes it resolve. The pure
 functions here decide what the files become; `undo` records what apply changed so
 revert can put `pyproject.toml` and `uv.lock` back byte for byte. The record lives
 where `git status` never shows it: in the checkout's git directory, or, for a tree
@@ -31,6 +32,9 @@ from .patching import write_atomically
 
 PACKAGE: Final = "exo-orphan-guard"
 SOURCES_HEADER: Final = b"[tool.uv.sources]"
+EXTRAS_HEADER: Final = b"[project.optional-dependencies]"
+EXTRA_LINE: Final = b'orphan-guard = ["exo-orphan-guard"]\n'
+_EXTRA_KEY: Final = re.compile(rb"^\s*[\"']?orphan-guard[\"']?\s*=")
 PYPROJECT: Final = "pyproject.toml"
 LOCK: Final = "uv.lock"
 UNDO_NAME: Final = "orphan-guard-undo.json"
@@ -126,9 +130,29 @@ def with_source(pyproject: bytes, source: Source) -> bytes:
     return b"".join(lines)
 
 
-def _table_start(lines: list[bytes]) -> int | None:
+def with_extra(pyproject: bytes) -> bytes:
+    """`pyproject` with the `orphan-guard` extra, added at the end of
+    `[project.optional-dependencies]` (the table created at the end if there is none);
+    as it is if the extra is there."""
+    lines = pyproject.splitlines(keepends=True)
+    start = _table_start(lines, EXTRAS_HEADER)
+    if start is None:
+        separator = b"" if not pyproject or pyproject.endswith(b"\n") else b"\n"
+        return pyproject + separator + b"\n" + EXTRAS_HEADER + b"\n" + EXTRA_LINE
+    end = _table_end(lines, start)
+    if any(_EXTRA_KEY.match(line) for line in lines[start + 1 : end]):
+        return pyproject
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    if not lines[end - 1].endswith(b"\n"):
+        lines[end - 1] += b"\n"
+    lines.insert(end, EXTRA_LINE)
+    return b"".join(lines)
+
+
+def _table_start(lines: list[bytes], header: bytes = SOURCES_HEADER) -> int | None:
     for index, line in enumerate(lines):
-        if line.strip() == SOURCES_HEADER:
+        if line.strip() == header:
             return index
     return None
 

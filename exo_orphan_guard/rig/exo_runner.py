@@ -22,8 +22,10 @@ from .notes import RunnerNotes
 
 EXO_SHAPED: Final = str(Path(__file__).resolve().parent / "exo_shaped")
 OWN_SHUTDOWN_SECONDS: Final = 0.3
-"""How long the runner's own shutdown takes once its loop took the Shutdown: long
-enough for the guard's looks to see it under way (exo's takes about a second)."""
+"""How long the runner's own shutdown takes once its loop took the Shutdown (unless
+`OWN_SHUTDOWN_SECONDS_ENV`): long enough for the guard's looks to see it under way
+(exo's takes about a second)."""
+OWN_SHUTDOWN_SECONDS_ENV: Final = "EOG_EXO_OWN_SHUTDOWN_SECONDS"
 LOAD_SECONDS_ENV: Final = "EOG_EXO_LOAD_SECONDS"
 ExoKind = Literal["exoidle", "exoload", "exoeval"]
 """exoidle: waits for its next task. exoload: first works in Python for
@@ -69,6 +71,6 @@ def behave(kind: str, note: RunnerNotes, task_receiver: object) -> None:
         task: object = receive()
         note.write("took", task=type(task).__name__)
         if isinstance(task, tasks.Shutdown):
-            time.sleep(OWN_SHUTDOWN_SECONDS)
+            time.sleep(float(os.environ.get(OWN_SHUTDOWN_SECONDS_ENV, OWN_SHUTDOWN_SECONDS)))
             note.write("shut down")
             return

@@ -31,8 +31,11 @@ Strategy = Literal["auto", "pidfd", "kqueue", "sentinel", "poll", "pdeathsig", "
 STRATEGIES: Final[tuple[Strategy, ...]] = get_args(Strategy)
 BackendChoice = Literal["auto", "portable"]
 
-_ON: Final = frozenset({"1", "true", "yes", "on"})
-_OFF: Final = frozenset({"", "0", "false", "no", "off"})
+_ON: Final = frozenset({"1", "true"})
+"""What exo's hooks module takes for on (`os.getenv(...).lower() in ("true", "1")`, the
+way exo reads its own toggles): the package must never think itself on where exo
+does not."""
+_OFF: Final = frozenset({"", "0", "false"})
 
 DEFAULT_GRACE_SECONDS: Final = 10.0
 """How long a runner whose worker died may take to end the clean way (exo's own
@@ -74,14 +77,14 @@ class Parsed(Generic[T]):
 def parse_toggle(raw: str | None) -> Parsed[bool]:
     if raw is None:
         return Parsed(False)
-    word = raw.strip().lower()
+    word = raw.lower()
     if word in _ON:
         return Parsed(True)
     if word in _OFF:
         return Parsed(False)
     return Parsed(
         False,
-        f"{TOGGLE_ENV}={raw!r} is not one of 1/true/yes/on or 0/false/no/off: "
+        f"{TOGGLE_ENV}={raw!r} is not true or 1 (how exo reads its toggles): "
         "the orphan guard stays off",
     )
 

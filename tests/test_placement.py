@@ -1,0 +1,346 @@
+"""The hooks placed at the anchors of trees the stored series does not fit (issue 28):
+made-up exo trees of many shapes (pure), and, with EXO_SRC, exo's own v1.0.61 and
+v1.0.65; revert byte for byte; `export` then `git am` gives the tree `apply` gives;
+and the stored series is exactly what placement writes for the trees it was written
+for. Trees that need exo read EXO_SRC and are skipped without it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.exo import anchors, format_patch, patch_command, patching, placement
+from exo_orphan_guard.tools import cli
+from tests.test_patching import snapshot
+
+GIT = ["git", "-c", "user.name=exo-orphan-guard test", "-c", "user.email=test@invalid"]
+EXO_SRC = os.environ.get("EXO_SRC", "")
+NEEDS_EXO = pytest.mark.skipif(
+    not (EXO_SRC and Path(EXO_SRC, ".git").exists()),
+    reason="needs a git clone of exo-explore/exo in EXO_SRC (make test-exo EXO_SRC=...)",
+)
+RUFF = Path(sys.executable).parent / "ruff"
+EXO_RUFF_CONFIG = (
+    '[project]\nname = "exo"\n\n[tool.ruff.lint]\nextend-select = ["I", "N", "B", "A", '
+    '"PIE", "SIM"]\n\n[tool.ruff.lint.isort]\nknown-first-party = ["exo"]\n'
+)
+TASKS = """\
+class BaseTask(TaggedModel):
+    instance_id: InstanceId
+
+
+class Shutdown(BaseTask):
+    runner_id: RunnerId
+"""
+
+
+def shaped_tree(
+    root: Path,
+    *,
+    docstring: bool = False,
+    comment: bool = False,
+    cancel: bool = True,
+    blank_after_log: bool = True,
+    crlf: bool = False,
+) -> dict[str, bytes]:
+    """A small exo whose anchors sit in one of the shapes exo's history has had."""
+    signature = [
+        "    bound_instance: BoundInstance,",
+        "    event_sender: MpSender[Event],",
+        "    task_receiver: MpReceiver[Task],",
+        *(["    cancel_receiver: MpReceiver[TaskId],"] if cancel else []),
+        '    _logger: "loguru.Logger",',
+    ]
+    body = [
+        *(['    """The runner: set up, then run."""', ""] if docstring else []),
+        *(["    # Settle the logger first."] if comment else []),
+        "    global logger",
+        "    logger = _logger",
+        "",
+        '    logger.info("runner started")',
+    ]
+    bootstrap = [
+        "import loguru",
+        "",
+        "from exo.utils.channels import MpReceiver, MpSender",
+        "",
+        'logger: "loguru.Logger" = loguru.logger',
+        "",
+        "",
+        "def entrypoint(",
+        *signature,
+        ") -> None:",
+        *body,
+    ]
+    worker = [
+        "from loguru import logger",
+        "",
+        "",
+        "class Worker:",
+        "    async def run(self):",
+        '        logger.info("Starting Worker")',
+        *([""] if blank_after_log else []),
+        "        self.info = channel[GatheredInfo]()",
+        "        await self._tg.start()",
+    ]
+    ending = "\r\n" if crlf else "\n"
+    files = {
+        anchors.ENTRYPOINT_FILE: ending.join(bootstrap) + ending,
+        anchors.WORKER_FILE: ending.join(worker) + ending,
+        anchors.TASKS_FILE: TASKS,
+        "src/exo/worker/runner/supervisor.py": "# exo main's supervisor\n",
+        "pyproject.toml": EXO_RUFF_CONFIG,
+    }
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(text.encode())
+    return snapshot(root)
+
+
+SHAPE_NAMES: tuple[str, ...] = ("docstring", "comment", "cancel", "blank_after_log", "crlf")
+SHAPES: list[dict[str, bool]] = [
+    dict(zip(SHAPE_NAMES, values, strict=True))
+    for values in itertools.product((False, True), repeat=5)
+]
+
+
+def shape_id(shape: dict[str, bool]) -> str:
+    return "-".join(name for name, on in shape.items() if on) or "plain"
+
+
+def test_every_shape_is_placed_compiles_and_reverts_byte_for_byte(tmp_path: Path) -> None:
+    """32 shapes: where the blank lines, a docstring or a comment sit, cancel_receiver
+    or not, CRLF or LF; each applied, checked, applied again and reverted."""
+    for number, shape in enumerate(SHAPES):
+        tree = tmp_path / f"t{number}"
+        original = shaped_tree(tree, **shape)
+        status, changed = patching.apply(tree)
+        assert changed and status.series.name == patching.PLACED, shape_id(shape)
+        patched = snapshot(tree)
+        bootstrap = patched[anchors.ENTRYPOINT_FILE].decode()
+        newline = "\r\n" if shape["crlf"] else "\n"
+        runner_block = (
+            f"    from exo.worker.orphan_guard import guard_runner{newline}{newline}"
+            f"    guard_runner(bound_instance, task_receiver){newline}{newline}"
+        )
+        assert runner_block in bootstrap, shape_id(shape)
+        # First in the body: after the docstring, before any comment or statement.
+        head, _, tail = bootstrap.partition(runner_block)
+        assert head.rstrip().endswith('"""' if shape["docstring"] else ") -> None:")
+        assert tail.lstrip().startswith("# Settle" if shape["comment"] else "global logger")
+        main = patched[anchors.WORKER_FILE].decode()
+        assert f"        guard_worker(){newline}{newline}        self.info" in main
+        for path in placement.HOOKED_FILES:
+            compile(patched[path], path, "exec")
+        assert patching.check(tree).state == "applied"
+        assert patching.apply(tree)[1] is False and snapshot(tree) == patched
+        assert patching.revert(tree)[1] is True
+        assert snapshot(tree) == original, shape_id(shape)
+
+
+@pytest.mark.skipif(not RUFF.exists(), reason=f"no ruff beside {sys.executable}")
+def test_every_shape_patched_passes_exos_ruff_rules(tmp_path: Path) -> None:
+    """With exo's rules (this checkout's ruff; exo's pinned ruff: bench/reach.py and the
+    EXO_SRC tests below): the hooks add no finding and no reformatting."""
+    for number, shape in enumerate(SHAPES):
+        if shape["crlf"]:
+            continue  # ruff format would keep CRLF; one line-ending style is enough here
+        tree = tmp_path / f"t{number}"
+        shaped_tree(tree, **shape)
+        patching.apply(tree)
+    files = [str(path) for path in tmp_path.rglob("*.py") if "types" not in path.parts]
+    # F821: the made-up trees name exo's types without importing them.
+    for command in (
+        ["check", "--no-cache", "--ignore", "F821"],
+        ["format", "--check", "--no-cache"],
+    ):
+        result = subprocess.run(
+            [str(RUFF), *command, "--config", str(tmp_path / "t0" / "pyproject.toml"), *files],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_placement_is_pure_and_its_inverse_is_exact() -> None:
+    source = b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n"
+    worker = b'class Worker:\n    async def run(self):\n        logger.info("Starting Worker")\n'
+    contents: dict[str, bytes | None] = {
+        anchors.ENTRYPOINT_FILE: source,
+        anchors.WORKER_FILE: worker + b"        pass\n",
+        anchors.TASKS_FILE: TASKS.encode(),
+    }
+    placed = placement.placement(contents)
+    assert isinstance(placed, placement.Placed) and placed.state == "not applied"
+    again = placement.placement({**contents, **placed.patched})
+    assert isinstance(again, placement.Placed) and again.state == "applied"
+    assert again.original == {path: contents.get(path) for path in again.original}
+
+
+def test_a_tree_with_the_hooks_elsewhere_is_not_hooked_twice() -> None:
+    contents: dict[str, bytes | None] = {
+        anchors.ENTRYPOINT_FILE: b"from exo.worker import orphan_guard\n\n"
+        b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n",
+        anchors.WORKER_FILE: b"class Worker:\n    async def run(self):\n"
+        b'        logger.info("Starting Worker")\n        pass\n',
+        anchors.TASKS_FILE: TASKS.encode(),
+    }
+    problem = placement.placement(contents)
+    assert isinstance(problem, placement.Problem)
+    assert problem.reason.endswith("has orphan_guard lines where the series puts none")
+
+
+def git_tree(tree: Path) -> None:
+    subprocess.run([*GIT, "-C", str(tree), "init", "-q"], check=True)
+    subprocess.run([*GIT, "-C", str(tree), "add", "-A"], check=True)
+    subprocess.run([*GIT, "-C", str(tree), "commit", "-q", "-m", "exo"], check=True)
+
+
+def export_then_am(tree: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """`patch export`, then `git am` of what it wrote; the export's lines."""
+    assert cli.main(["patch", "export", "--exo", str(tree), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    patches = sorted(str(path) for path in out.glob("000[1-9]-*.patch"))
+    subprocess.run([*GIT, "-C", str(tree), "am", "-q", *patches], check=True)
+    return lines
+
+
+def test_export_of_a_placed_tree_then_git_am_gives_what_apply_gives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shaped = tmp_path / "applied"
+    shaped_tree(shaped, docstring=True, blank_after_log=False)
+    patching.apply(shaped)
+    tree = tmp_path / "exo"
+    shaped_tree(tree, docstring=True, blank_after_log=False)
+    git_tree(tree)
+    lines = export_then_am(tree, tmp_path / "out", capsys)
+    assert lines[0].startswith(f"series {patching.PLACED}: ")
+    assert lines[1] == f"state in {tree}: not applied (series placed at the anchors)"
+    applied = {path: data for path, data in snapshot(shaped).items()}
+    assert {
+        path: data for path, data in snapshot(tree).items() if not path.startswith(".git/")
+    } == applied
+    log = subprocess.run(
+        [*GIT, "-C", str(tree), "log", "--format=%s", "-3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert log == [
+        "feature: guard the worker from the start of run",
+        "feature: guard runners from the top of entrypoint",
+        "feature: add optional orphan-guard hooks module",
+    ]
+    cover = (tmp_path / "out" / patching.COVER_LETTER).read_text()
+    added = sum(data.count(b"\n") for data in placement.new_files().values()) + 8
+    files = len(placement.new_files()) + 2  # and the two calls, four lines each
+    assert f" {files} files changed, {added} insertions(+)\n" in cover
+
+
+def archived(revision: str, tree: Path) -> dict[str, bytes]:
+    tree.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", EXO_SRC, "archive", revision], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return snapshot(tree)
+
+
+def pinned_ruff(tree: Path) -> Path | None:
+    """exo's ruff as the tree's uv.lock pins it, if `make reach` cached it."""
+    from bench import reach_ruff
+
+    version = reach_ruff.pinned_ruff(tree)
+    binary = reach_ruff.RUFF_CACHE / version / "bin" / "ruff" if version else None
+    return binary if binary is not None and binary.exists() else None
+
+
+@NEEDS_EXO
+@pytest.mark.parametrize("revision", ["v1.0.61", "v1.0.65"])
+def test_exo_releases_the_stored_series_does_not_fit_are_placed(
+    tmp_path: Path, revision: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = tmp_path / "exo"
+    original = archived(revision, tree)
+    # The stored series its supervisor file picks does not fit it: placement does.
+    current, _ = patching._series_for(tree, patching.load_series())  # pyright: ignore[reportPrivateUsage]
+    assert current is not None
+    contents = {path: original.get(path) for path in current.files}
+    fits = patching._try(current.diffs, contents, reverse=False)  # pyright: ignore[reportPrivateUsage]
+    assert not isinstance(fits, dict)
+    status, changed = patching.apply(tree)
+    assert changed and status.series.name == patching.PLACED
+    changed_files = list(placement.HOOKED_FILES)
+    ruff = pinned_ruff(tree)
+    if ruff is not None:
+        for command in (["check"], ["format", "--check"]):
+            result = subprocess.run(
+                [str(ruff), *command, "--no-cache", *changed_files, *placement.new_files()],
+                cwd=tree,
+                env={**os.environ, "PYTHONPATH": str(ruff.parent.parent)},
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert result.returncode == 0, result.stdout + result.stderr
+    patched = snapshot(tree)
+    assert patching.revert(tree)[1] is True and snapshot(tree) == original
+    # export, then git am onto the pristine tree: the same bytes as apply.
+    git_tree(tree)
+    export_then_am(tree, tmp_path / "out", capsys)
+    assert {
+        path: data for path, data in snapshot(tree).items() if not path.startswith(".git/")
+    } == patched
+
+
+@NEEDS_EXO
+@pytest.mark.parametrize("name", ["main", "v1.0.71"])
+def test_the_stored_series_is_what_placement_writes_for_its_tree(tmp_path: Path, name: str) -> None:
+    """So the stored series and placement can never disagree on the trees both fit."""
+    tree = tmp_path / "exo"
+    original = archived({"main": "b5375f8cee43", "v1.0.71": "v1.0.71"}[name], tree)
+    generated = dict(patch_command._generated(tree))  # pyright: ignore[reportPrivateUsage]
+    directory = patching.PATCHES_DIR / name
+    stored = {path.name: path.read_bytes() for path in directory.glob("*.patch")}
+    assert generated == stored
+    placed = placement.placement({path: original.get(path) for path in placement.inputs()})
+    assert isinstance(placed, placement.Placed)
+    status, _ = patching.apply(tree)
+    assert status.series.name == name  # the stored series, not placement
+    assert all(snapshot(tree).get(path) == data for path, data in placed.patched.items())
+
+
+@NEEDS_EXO
+def test_a_real_tree_the_seven_patch_series_patched_is_replaced_and_reverts(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "exo"
+    original = archived("b5375f8cee43", tree)
+    earlier = next(s for s in patching.load_series() if s.earlier and s.name == "main")
+    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
+    assert b"orphan-guard" in (tree / "pyproject.toml").read_bytes()
+    assert patching.check(tree).series == earlier
+    status, changed = patching.apply(tree)
+    assert changed and status.series.name == "main" and not status.series.earlier
+    assert b"orphan-guard" not in (tree / "pyproject.toml").read_bytes()
+    assert patching.revert(tree)[1] is True
+    assert snapshot(tree) == original
+
+
+def test_format_patch_counts_and_blob_ids_are_gits(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"one\ntwo\n")
+    blob = subprocess.run(
+        ["git", "hash-object", str(tmp_path / "f")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert format_patch.blob_id(b"one\ntwo\n") == blob
+    assert format_patch.Change("f", b"a\nb\n", b"a\nc\nb\n").counts == (1, 0)
+    if shutil.which("git") is None:  # pragma: no cover
+        pytest.skip("no git")
