@@ -157,27 +157,39 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
         assert checked.returncode == 0, f"with package: {with_package}\n{checked.stdout}"
         assert summary == ["0 errors, 0 warnings, 0 notes"], checked.stdout
 
-    if version not in SERIES_VERSIONS:
-        # The same checks fail on the runner's hunk made wrong (no blank line after
-        # its import, an argument missing): they can fail.
-        bootstrap = tree / anchors.ENTRYPOINT_FILE
-        text = bootstrap.read_text()
-        placed = "guard_runner\n\n    guard_runner(bound_instance, task_receiver)"
-        assert placed in text
-        bootstrap.write_text(text.replace(placed, "guard_runner\n    guard_runner(bound_instance)"))
-        formatted = subprocess.run(
-            [str(ruff), "format", "--check", str(bootstrap)], cwd=tree, capture_output=True
-        )
-        assert formatted.returncode != 0
-        checked = basedpyright(tools, tree, python, files, package_path)
-        assert checked.returncode != 0 and "reportCallIssue" in checked.stdout, checked.stdout
-        return
-    # The same check fails on the earlier release's series: it can fail.
-    patching.revert(tree)
-    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
-    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
-    checked = basedpyright(tools, tree, python, changed_python_files(earlier), None)
-    assert checked.returncode != 0 and "reportAny" in checked.stdout, checked.stdout
+    # The same checks fail on the runner's hunk made wrong (no blank line after its
+    # import, an argument missing): they can fail.
+    bootstrap = tree / anchors.ENTRYPOINT_FILE
+    text = bootstrap.read_text()
+    placed = "guard_runner\n\n    guard_runner(bound_instance, task_receiver)"
+    assert placed in text
+    bootstrap.write_text(text.replace(placed, "guard_runner\n    guard_runner(bound_instance)"))
+    formatted = subprocess.run(
+        [str(ruff), "format", "--check", str(bootstrap)], cwd=tree, capture_output=True
+    )
+    assert formatted.returncode != 0
+    checked = basedpyright(tools, tree, python, files, package_path)
+    assert checked.returncode != 0 and "reportCallIssue" in checked.stdout, checked.stdout
+    bootstrap.write_text(text)
+    if version in SERIES_VERSIONS:
+        # And on release 0.1.0's series (its hooks module: reportAny).
+        patching.revert(tree)
+        first = release_0_1_0_series(version)
+        patching._change(tree, [(first, False)])  # pyright: ignore[reportPrivateUsage]
+        checked = basedpyright(tools, tree, python, changed_python_files(first), None)
+        assert checked.returncode != 0 and "reportAny" in checked.stdout, checked.stdout
+
+
+def release_0_1_0_series(version: str) -> patching.Series:
+    """The bare diffs release 0.1.0 wrote (`patches/earlier/1/`)."""
+    return next(
+        series
+        for series in patching.load_series()
+        if series.earlier
+        and series.name == version
+        and series.directory is not None
+        and series.directory.parent.name == "1"
+    )
 
 
 @versions
@@ -234,7 +246,7 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
 
 def patch_as_release_0_1_0_did(tree: Path, version: str) -> None:
     """The earlier release's bare diffs and `--source`, its undo record in the tree."""
-    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
+    earlier = release_0_1_0_series(version)
     patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
     pyproject = (tree / uv_project.PYPROJECT).read_bytes()
     updated = uv_project.with_source(pyproject, uv_project.validate_source(REPO))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import json
 import os
 import select
@@ -29,7 +28,6 @@ import pytest
 from exo_orphan_guard.exo import patching
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import identity_of
-from tests.exo_support import placement
 from tests.helpers.processes import kill_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,22 +48,14 @@ anchors were measured from, two between (the runner a `main()` function up to
 v1.0.65, a `Runner` class in `llm_inference/` from v1.0.69), and main."""
 
 SERIES_VERSIONS = ("v1.0.71", "main")
-"""Where the stored series fits. Elsewhere the tests place the new footprint's hunks
-at the anchors themselves (`tests/exo_support/placement.py`) until `patch apply`
-does it in any tree."""
-
-MLX_LM = {
-    "v1.0.61": "mlx-lm 0.28.3 (PyPI, as exo's uv.lock pins)",
-    "v1.0.65": "PyPI's mlx-lm 0.30.4 for the fork exo pins (AlexCheema/mlx-lm a5daf2b, "
-    "0.30.4, not fetchable here)",
-    "v1.0.69": "rltakashige/mlx-lm d388ff77 (as exo's uv.lock pins)",
-    "v1.0.71": "rltakashige/mlx-lm c7010341 (as exo's uv.lock pins)",
-    "main": "rltakashige/mlx-lm 6a3df6cd (as exo's uv.lock pins)",
-}
-"""What each version's runner environment takes mlx-lm from (scripts/exo-venv)."""
+"""Where a stored series fits (`patches/<version>/`); `patch apply` places the same
+hooks at the anchors of the others. The checks of the stored files themselves (`git
+am`, trees an earlier release patched, `--source` on exo's uv project) run here."""
 
 VERSION_IDS = {**{version: version for version in COMMITS}, "v1.0.65": "v1.0.65-pypi-mlx-lm"}
-"""Test ids: v1.0.65's says its mlx-lm is PyPI's, not the fork exo pins."""
+"""Test ids: v1.0.65's says its mlx-lm is PyPI's 0.30.4, not the fork its uv.lock
+pins (AlexCheema/mlx-lm a5daf2b, also 0.30.4, which cannot be fetched here); see
+scripts/exo-venv for what each version's runner environment has."""
 
 
 def versions(only: tuple[str, ...] = tuple(COMMITS)) -> pytest.MarkDecorator:
@@ -115,36 +105,14 @@ def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
 
 
 def patch_tree(tree: Path, version: str) -> list[str]:
-    """The hooks into a pristine `tree`: `patch apply`'s way where it fits the tree;
-    where it does not (today: the stored series fits v1.0.71 and main only), the new
-    footprint placed at the anchors by `tests/exo_support/placement.py`, until `patch
-    apply` places it in any tree (issue 28 item 3). The files changed, relative to
-    the tree."""
-    try:
-        status, changed = patching.apply(tree)
-    except patching.PatchError:
-        if version in SERIES_VERSIONS:
-            raise
-        return placement.place_hooks(tree)
-    assert changed, status
+    """The hooks into a pristine `tree` as `patch apply` puts them: a stored series
+    where it fits (v1.0.71's fits v1.0.69 too), placed at the anchors elsewhere. The
+    files it changed, relative to the tree."""
+    status, changed = patching.apply(tree)
+    assert changed and status.state == "applied", status.state
+    if version in SERIES_VERSIONS:
+        assert status.series.name == version, status.series.name
     return list(status.series.files)
-
-
-def new_footprint(tree: Path) -> bool:
-    """Whether `tree` carries the new footprint (one call at the top of entrypoint)."""
-    bootstrap = (tree / "src/exo/worker/runner/bootstrap.py").read_text()
-    return placement.RUNNER_LINES[-1] in bootstrap
-
-
-def require_runner_hooks(tree: Path, version: str) -> None:
-    """Skip, saying why, where a guarded runner cannot be tested yet: the new
-    footprint's calls reach `exo_orphan_guard.exo.hooks`, which issue 28 item 1 adds."""
-    if new_footprint(tree) and importlib.util.find_spec("exo_orphan_guard.exo.hooks") is None:
-        pytest.skip(
-            f"exo {version} is patched with the new footprint (guard_runner at the top of "
-            "entrypoint), whose package side exo_orphan_guard/exo/hooks.py (issue 28 "
-            "item 1) is not in this checkout yet: its runner would run unguarded"
-        )
 
 
 def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
@@ -209,8 +177,6 @@ def exo_worker(
 ) -> Generator[dict[str, Any]]:
     """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
     report also names the registry the runner records itself (and its ending) in."""
-    if guard:
-        require_runner_hooks(tree, version)
     scratch = Path(tempfile.mkdtemp(prefix="eog-exo-worker-"))
     stderr = (scratch / "harness.log").open("wb")
     environment = exo_environment(scratch, guard=guard)
