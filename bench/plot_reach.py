@@ -30,7 +30,7 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_IMAGE: Final = ROOT / "docs" / "img" / "reach.png"
 _ROWS: Final = (
     # (y, label): what each row of marks says about a tree.
-    (1.0, "patch apply\n(stored series)"),
+    (1.0, "patch apply"),
     (0.0, "all three\nanchors found"),
 )
 
@@ -47,12 +47,18 @@ def points(records: Sequence[Record]) -> tuple[list[tuple[float, float, bool]], 
 def draw(records: Sequence[Record], image: Path, command: str, tip_name: str = "main") -> None:
     figure, axis = plt.subplots(figsize=(13.0, 4.2))
     size = 6 if len(records) < 100 else 4  # every commit: smaller marks, fewer overlaps
-    for row in points(records):
-        for yes, colour, marker, label in (
-            (True, "tab:green", "o", "yes"),
-            (False, "tab:red", "x", "no"),
+    for number, row in enumerate(points(records)):
+        kinds = [_kind(record, ok, apply_row=number == 0) for record, (_, _, ok) in zip(
+            records, row, strict=True
+        )]  # fmt: skip
+        for kind, colour, marker, label in (
+            ("stored", "tab:green", "o", "yes: the stored series as it is"),
+            ("placed", "tab:blue", "s", "yes: placed at the anchors"),
+            ("yes", "tab:green", "o", "yes"),
+            ("no", "tab:red", "x", "no"),
         ):
-            chosen = [(when, y) for when, y, ok in row if ok == yes]
+            marks = zip(row, kinds, strict=True)
+            chosen = [(when, y) for (when, y, _), got in marks if got == kind]
             if chosen:
                 axis.plot(
                     [when for when, _ in chosen], [y for _, y in chosen], linestyle="none",
@@ -82,10 +88,11 @@ def draw(records: Sequence[Record], image: Path, command: str, tip_name: str = "
     axis.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
     axis.grid(True, axis="x", alpha=0.2)
     reached = sum(record["reached"] for record in records)
+    placed = sum(_kind(record, record["reached"], apply_row=True) == "placed" for record in records)
     whole = sum(anchors_found(record) == len(record["anchors"]) for record in records)
     axis.set_title(
-        f"exo's trees from v1.0.61 to main: the stored series reaches {reached} of "
-        f"{len(records)}, the anchors are found in {whole} of {len(records)}",
+        f"exo's trees from v1.0.61 to main: patch apply reaches {reached} of {len(records)} "
+        f"({placed} placed at the anchors), the anchors are found in {whole} of {len(records)}",
         fontsize=11,
         pad=38,
     )
@@ -97,6 +104,15 @@ def draw(records: Sequence[Record], image: Path, command: str, tip_name: str = "
     image.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(image, dpi=110)
     plt.close(figure)
+
+
+def _kind(record: Record, ok: bool, *, apply_row: bool) -> str:
+    """How a mark is drawn: for `patch apply`, which series reached the tree."""
+    if not ok:
+        return "no"
+    if not apply_row:
+        return "yes"
+    return "placed" if record["apply_line"].startswith("series placed") else "stored"
 
 
 def _when(record: Record) -> float:

@@ -273,11 +273,17 @@ def test_each_shipped_patch_is_a_format_patch_with_a_subject_and_a_message() -> 
 
 
 def test_the_earlier_release_series_are_kept_for_revert() -> None:
-    """Both generations, newest first: the seven-patch series, then the bare diffs."""
+    """Both generations, oldest first: the bare diffs of 0.1.0, then the seven patches."""
     earlier = [series for series in patching.load_series() if series.earlier]
     assert [series.name for series in earlier] == SERIES_NAMES * 2
     assert [len({name for name, _ in series.diffs}) for series in earlier] == [7, 7, 7, 7]
     assert all("pyproject.toml" in series.files for series in earlier)
+    assert [series.directory and series.directory.parent.name for series in earlier] == [
+        "1",
+        "1",
+        "2",
+        "2",
+    ]
 
 
 def test_the_cover_letter_says_the_extra_is_not_in_the_series() -> None:
@@ -319,7 +325,7 @@ EARLIER = [series for series in patching.load_series() if series.earlier]
 
 
 @pytest.mark.parametrize(
-    "earlier", EARLIER, ids=[f"{n}-{s.name}" for n, s in zip((2, 2, 1, 1), EARLIER, strict=True)]
+    "earlier", EARLIER, ids=[f"{n}-{s.name}" for n, s in zip((1, 1, 2, 2), EARLIER, strict=True)]
 )
 def test_a_tree_an_earlier_release_patched_is_named_and_reverted_byte_for_byte(
     tmp_path: Path, earlier: patching.Series, capsys: pytest.CaptureFixture[str]

@@ -324,7 +324,11 @@ def test_a_real_tree_the_seven_patch_series_patched_is_replaced_and_reverts(
 ) -> None:
     tree = tmp_path / "exo"
     original = archived("b5375f8cee43", tree)
-    earlier = next(s for s in patching.load_series() if s.earlier and s.name == "main")
+    earlier = next(
+        s
+        for s in patching.load_series()
+        if s.earlier and s.name == "main" and s.directory and s.directory.parent.name == "2"
+    )
     patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
     assert b"orphan-guard" in (tree / "pyproject.toml").read_bytes()
     assert patching.check(tree).series == earlier

@@ -6,14 +6,15 @@ The series (`patching`) puts the hooks into exo and leaves `pyproject.toml` alon
 entry that makes it resolve (`uv_project`), then `uv lock` when uv is on PATH, with
 an undo record so revert restores `pyproject.toml` and `uv.lock` byte for byte.
 
-`export` writes the series for the tree's exo version (`git format-patch` files and
-the cover letter) for review, `git am` or a rebase onto a newer exo.
+`export` writes the series for the tree (`git format-patch` files and the cover
+letter): the stored one where it applies as it is, else one computed for the tree
+(`format_patch`), so that `git am` of it gives what `apply` gives.
 
 Exit codes: check: 0 applied, 1 not applied; apply/revert: 0 done or nothing to do (a
 lock that failed or could not run is a line saying what to run); export: 0 written;
-2 not an exo tree, no series fits, a tree the series does not apply to (the error's
-first line says where, the next ones why and what to do), a bad --source, or an --out
-that cannot be written (nothing changed).
+2 not an exo tree, an anchor missing, hooks partly in (the error's first line says
+which and where, the next ones why and what to do), a bad --source, or an --out that
+cannot be written (nothing changed).
 """
 
 from __future__ import annotations

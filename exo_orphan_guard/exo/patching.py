@@ -7,11 +7,11 @@ takes them as they are), and a cover letter that is not applied. The stored seri
 fits the two trees it was written for (exo main and v1.0.71, told apart by their
 supervisor file); every other tree whose anchors `ast` finds gets the same lines
 placed at the anchors (`placement`), as a series computed for that tree. A tree
-that an earlier release patched (`patches/earlier/<generation>/<name>/`, newest
-generation first) is found too: revert takes it back, apply replaces it. All files
-are patched in memory first; only if every hunk applies is anything written, and a
-failed write puts back what was already written. Reverting applies the series
-backwards, which restores the original bytes.
+that an earlier release patched (`patches/earlier/<generation>/<name>/`: `1` the
+bare diffs of release 0.1.0, `2` the seven-patch series) is found too: revert takes
+it back, apply replaces it. All files are patched in memory first; only if every
+hunk applies is anything written, and a failed write puts back what was already
+written. Reverting applies the series backwards, which restores the original bytes.
 
 A tree without the anchors is refused with what `refusal` finds out about it: the
 anchor, exo's version, local edits only where git sees them, and what to do.
@@ -96,13 +96,12 @@ class TreeStatus:
 
 
 def load_series(root: Path = PATCHES_DIR) -> list[Series]:
-    """The current series, then the earlier ones, newest generation first (where
-    `root` has them)."""
+    """The current series, then the earlier ones, oldest generation first (where `root`
+    has them; at most one is in a tree, so the order only decides what is tried first)."""
     series = [_load(root / name, name, earlier=False) for name in SERIES_MARKERS]
     generations = sorted(
         (path for path in (root / EARLIER).glob("*") if path.is_dir()),
         key=lambda path: (len(path.name), path.name),
-        reverse=True,
     )
     series += [
         _load(generation / name, name, earlier=True)

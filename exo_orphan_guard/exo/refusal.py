@@ -1,11 +1,12 @@
-"""Why `patch` refuses a tree the stored series does not fit, told as it is.
+"""Why `patch` refuses a tree, told as it is.
 
-The series was written for two exact exo trees. Release 0.1.0 called every other
-tree "conflicting local edits", which sent users of a pristine exo (another release,
-a fork) looking for edits they never made. A refusal now says which hunk
-did not match, which anchors the tree has (`anchors`), which exo it is (`git
-describe`) and what to do; and "local edits" only where git says the files the
-series touches differ from the tree's own HEAD.
+Release 0.1.0 called every tree its series did not fit "conflicting local edits",
+which sent users of a pristine exo (another release, a fork) looking for edits they
+never made. Such a tree now gets the hooks at its anchors (`placement`); what is
+refused is a tree without an anchor, or with the hooks partly in. A refusal says
+which anchor in which file (or which hunk, for a stored series), which anchors the
+tree has (`anchors`), which exo it is (`git describe`) and what to do; and "local
+edits" only where git says the files the hooks touch differ from the tree's own HEAD.
 
 `gather` asks git (effects); `compose` decides the words (pure).
 """
