@@ -1,7 +1,9 @@
-"""The series against exo's own checks, on real exo at both versions: ruff check, ruff
+"""The hooks against exo's own checks, on real exo at five versions: ruff check, ruff
 format and basedpyright at the versions in exo's uv.lock with exo's config, with the
-package installed in exo's environment and without it; `git am` of the series gives
-`patch apply`'s tree; `git status` after `patch apply` shows only exo's own files.
+package installed in exo's environment and without it (the stored series at v1.0.71
+and main, the new footprint placed at the anchors elsewhere); `git am` of the stored
+series gives `patch apply`'s tree; `git status` after `patch apply` shows only exo's
+own files.
 
 Needs EXO_SRC (a git clone of exo) and MLX_LM_SRC (exo's runner environment, so
 that every changed file's imports resolve): `make test-exo EXO_SRC=... MLX_LM_SRC=...`.
@@ -19,37 +21,54 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.exo import patching, uv_project
+from exo_orphan_guard.exo import anchors, patching, uv_project
 
 from .helpers.dist import locked
-from .helpers.exo_trees import COMMITS, REPO, exo_src, mlx_lm_src
+from .helpers.exo_trees import COMMITS, REPO, SERIES_VERSIONS, exo_src, mlx_lm_src, patch_tree
+from .helpers.exo_trees import versions as exo_versions
 
 RUFF = "ruff==0.14.11"
 BASEDPYRIGHT = "basedpyright==1.37.1"
-"""What exo's uv.lock pins (at both versions)."""
+"""What exo's uv.lock pins from v1.0.65 to main."""
+RUFF_AT = {"v1.0.61": "ruff==0.14.3"}
+"""Where exo's uv.lock pins another ruff. v1.0.61 locks no basedpyright (its dev
+dependencies leave it out): 1.37.1 checks it too, with v1.0.61's own config."""
 GIT = ["git", "-c", "user.name=exo-orphan-guard test", "-c", "user.email=test@invalid"]
 
 pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
-versions = pytest.mark.parametrize("version", list(COMMITS))
+all_versions = exo_versions()
+versions = exo_versions(SERIES_VERSIONS)
 
 
-@pytest.fixture(scope="session")
-def tools() -> Path:
-    """A venv with exo's ruff and basedpyright, made once, under a lock: the passes of
-    `make test` run side by side and share .cache/ (and without exo, no tools)."""
-    exo_src()
-    venv = REPO / ".cache" / "exo-tools"
-    marker = venv / f".installed-{RUFF}-{BASEDPYRIGHT}"
+def tool_venv(name: str, *packages: str) -> Path:
+    """A venv under .cache/ with `packages`, made once, under a lock: the passes of
+    `make test` run side by side and share .cache/. Its bin directory."""
+    venv = REPO / ".cache" / name
+    marker = venv / f".installed-{'-'.join(packages)}"
     venv.parent.mkdir(exist_ok=True)
     with locked(venv.parent / ".exo-tools.lock"):
         if not marker.exists():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
             subprocess.run(
-                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", RUFF, BASEDPYRIGHT],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages],
                 check=True,
             )
             marker.touch()
     return venv / "bin"
+
+
+@pytest.fixture(scope="session")
+def tools() -> Path:
+    """exo's ruff and basedpyright (and without exo, no tools)."""
+    exo_src()
+    return tool_venv("exo-tools", RUFF, BASEDPYRIGHT)
+
+
+def ruff_at(version: str, tools: Path) -> Path:
+    """The ruff exo's uv.lock pins at `version`."""
+    if version not in RUFF_AT:
+        return tools / "ruff"
+    return tool_venv(f"exo-tools-{RUFF_AT[version].replace('==', '-')}", RUFF_AT[version]) / "ruff"
 
 
 def pristine(root: Path, version: str) -> Path:
@@ -118,23 +137,18 @@ def package_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@versions
-def test_exos_ruff_and_basedpyright_pass_on_every_file_the_series_changes(
+@all_versions
+def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
     version: str, tmp_path: Path, tools: Path, package_path: Path
 ) -> None:
     tree = pristine(tmp_path, version)
-    status, changed = patching.apply(tree)
-    assert changed and status.series.name == version
-    files = changed_python_files(status.series)
+    files = [path for path in patch_tree(tree, version) if path.endswith(".py")]
+    ruff = ruff_at(version, tools)
     for check in (["check"], ["format", "--check"]):
-        ruff = subprocess.run(
-            [str(tools / "ruff"), *check, *files],
-            cwd=tree,
-            capture_output=True,
-            text=True,
-            check=False,
+        checked = subprocess.run(
+            [str(ruff), *check, *files], cwd=tree, capture_output=True, text=True, check=False
         )
-        assert ruff.returncode == 0, ruff.stdout + ruff.stderr
+        assert checked.returncode == 0, checked.stdout + checked.stderr
     cache = Path(os.environ.get("EXO_VENV_CACHE", REPO / ".cache" / "exo-venv"))
     python = exo_python(tree, cache)
     for with_package in (False, True):
@@ -143,12 +157,39 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_series_changes(
         assert checked.returncode == 0, f"with package: {with_package}\n{checked.stdout}"
         assert summary == ["0 errors, 0 warnings, 0 notes"], checked.stdout
 
-    # The same check fails on the earlier release's series: it can fail.
-    patching.revert(tree)
-    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
-    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
-    checked = basedpyright(tools, tree, python, changed_python_files(earlier), None)
-    assert checked.returncode != 0 and "reportAny" in checked.stdout, checked.stdout
+    # The same checks fail on the runner's hunk made wrong (no blank line after its
+    # import, an argument missing): they can fail.
+    bootstrap = tree / anchors.ENTRYPOINT_FILE
+    text = bootstrap.read_text()
+    placed = "guard_runner\n\n    guard_runner(bound_instance, task_receiver)"
+    assert placed in text
+    bootstrap.write_text(text.replace(placed, "guard_runner\n    guard_runner(bound_instance)"))
+    formatted = subprocess.run(
+        [str(ruff), "format", "--check", str(bootstrap)], cwd=tree, capture_output=True
+    )
+    assert formatted.returncode != 0
+    checked = basedpyright(tools, tree, python, files, package_path)
+    assert checked.returncode != 0 and "reportCallIssue" in checked.stdout, checked.stdout
+    bootstrap.write_text(text)
+    if version in SERIES_VERSIONS:
+        # And on release 0.1.0's series (its hooks module: reportAny).
+        patching.revert(tree)
+        first = release_0_1_0_series(version)
+        patching._change(tree, [(first, False)])  # pyright: ignore[reportPrivateUsage]
+        checked = basedpyright(tools, tree, python, changed_python_files(first), None)
+        assert checked.returncode != 0 and "reportAny" in checked.stdout, checked.stdout
+
+
+def release_0_1_0_series(version: str) -> patching.Series:
+    """The bare diffs release 0.1.0 wrote (`patches/earlier/1/`)."""
+    return next(
+        series
+        for series in patching.load_series()
+        if series.earlier
+        and series.name == version
+        and series.directory is not None
+        and series.directory.parent.name == "1"
+    )
 
 
 @versions
@@ -189,7 +230,9 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
         check=True,
     ).stdout.splitlines()
     series = next(s for s in patching.load_series() if s.name == version and not s.earlier)
-    assert {line[3:] for line in status} == set(series.files), status
+    # --source also writes the extra and its source into pyproject.toml (the series
+    # itself no longer names the package: issue 29).
+    assert {line[3:] for line in status} == {*series.files, "pyproject.toml"}, status
     assert (by_apply / ".git" / "orphan-guard-undo.json").is_file()
     patch_command.run("revert", by_apply, None, say=lambda _line: None)
     assert (
@@ -205,7 +248,7 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
 
 def patch_as_release_0_1_0_did(tree: Path, version: str) -> None:
     """The earlier release's bare diffs and `--source`, its undo record in the tree."""
-    earlier = next(s for s in patching.load_series() if s.earlier and s.name == version)
+    earlier = release_0_1_0_series(version)
     patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
     pyproject = (tree / uv_project.PYPROJECT).read_bytes()
     updated = uv_project.with_source(pyproject, uv_project.validate_source(REPO))

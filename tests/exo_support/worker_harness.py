@@ -9,9 +9,13 @@ Mode ``runner``: sets up loguru the way exo does (``logger_setup(None)``; the
 default logger cannot be pickled into the runner), forces the ``spawn`` start
 method (as ``exo/main.py`` does), builds a bound two-node MLX ring instance with
 exo's own test fixture ``get_bound_mlx_ring_instance`` (imported from the
-tree), creates exo's ``RunnerSupervisor`` (async ``create`` on main, sync on
-v1.0.71) and runs it under anyio. When the runner reports ``RunnerIdle``
-through the event stream the supervisor forwards, it prints one JSON line::
+tree, with the id types its conftest imports: ``ModelId`` moved twice between
+v1.0.61 and main), creates exo's ``RunnerSupervisor`` (async ``create`` in
+``supervisor.py`` on main; sync in ``runner_supervisor.py`` from v1.0.61 to
+v1.0.71, whose runner is a ``main()`` function up to v1.0.65 and a ``Runner``
+class from v1.0.69; ``cancel_receiver`` from v1.0.68) and runs it under anyio.
+When the runner reports ``RunnerIdle`` through the event stream the supervisor
+forwards, it prints one JSON line::
 
     {"event": "runner-idle", "worker_pid": ..., "runner_pid": ..., ...}
 
@@ -45,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-VERSIONS = ("main", "v1.0.71")
+VERSIONS = ("v1.0.61", "v1.0.65", "v1.0.69", "v1.0.71", "main")
 
 
 _json_out: Any = None
@@ -113,19 +117,17 @@ def pid_alive(pid: int) -> bool:
 
 async def run_runner(args: argparse.Namespace, started: float, scratch: Path) -> int:
     import anyio
-    from exo.shared.models.model_cards import ModelId
-    from exo.shared.types.common import NodeId
     from exo.shared.types.events import Event, RunnerStatusUpdated
-    from exo.shared.types.worker.instances import InstanceId
-    from exo.shared.types.worker.runners import RunnerFailed, RunnerId, RunnerIdle
+    from exo.shared.types.worker.runners import RunnerFailed, RunnerIdle
     from exo.utils.channels import channel
-    from exo.worker.tests.unittests.conftest import get_bound_mlx_ring_instance
+    from exo.worker.tests.unittests import conftest
 
-    bound_instance = get_bound_mlx_ring_instance(
-        instance_id=InstanceId("harness-instance"),
-        model_id=ModelId("mlx-community/Llama-3.2-1B-Instruct-4bit"),
-        runner_id=RunnerId("harness-runner"),
-        node_id=NodeId("harness-node"),
+    # The id types as exo's own fixture module has them at this version.
+    bound_instance = conftest.get_bound_mlx_ring_instance(
+        instance_id=conftest.InstanceId("harness-instance"),
+        model_id=conftest.ModelId("mlx-community/Llama-3.2-1B-Instruct-4bit"),
+        runner_id=conftest.RunnerId("harness-runner"),
+        node_id=conftest.NodeId("harness-node"),
     )
     event_sender, event_receiver = channel[Event]()
 
@@ -135,7 +137,7 @@ async def run_runner(args: argparse.Namespace, started: float, scratch: Path) ->
         supervisor: Any = await MainSupervisor.create(
             bound_instance=bound_instance, event_sender=event_sender
         )
-    else:
+    else:  # v1.0.61 to v1.0.71
         from exo.worker.runner.runner_supervisor import (  # pyright: ignore[reportMissingImports]
             RunnerSupervisor as V1Supervisor,  # pyright: ignore[reportUnknownVariableType]
         )

@@ -1,6 +1,8 @@
-"""Real exo for the tests that need it: throw-away copies of exo (EXO_SRC) at the two
-supported commits, patched or not, their Python 3.13 environments (scripts/exo-venv,
-cached between runs), and exo's real worker and checks run inside them.
+"""Real exo for the tests that need it: throw-away copies of exo (EXO_SRC) at five
+versions (v1.0.61, v1.0.65, v1.0.69, v1.0.71, main), patched or not, their Python
+3.13 environments (scripts/exo-venv, cached between runs, each with the mlx, mlx-lm
+and transformers its own uv.lock pins), and exo's real worker and checks run inside
+them.
 
 Without EXO_SRC (or MLX_LM_SRC where exo's runner must load), a test that asks for
 them is skipped with what to run: `make test-exo EXO_SRC=... MLX_LM_SRC=...`.
@@ -34,7 +36,33 @@ REPO = Path(__file__).resolve().parents[2]
 SUPPORT = REPO / "tests" / "exo_support"
 
 
-COMMITS = {"v1.0.71": "fd707de30b42", "main": "b5375f8cee43"}
+COMMITS = {
+    "v1.0.61": "4759b09d4c81",
+    "v1.0.65": "281aaeb01348",
+    "v1.0.69": "5327bdde8466",
+    "v1.0.71": "fd707de30b42",
+    "main": "b5375f8cee43",
+}
+"""The exo versions the real-runner checks run at: the first and last release the
+anchors were measured from, two between (the runner a `main()` function up to
+v1.0.65, a `Runner` class in `llm_inference/` from v1.0.69), and main."""
+
+SERIES_VERSIONS = ("v1.0.71", "main")
+"""Where a stored series fits (`patches/<version>/`); `patch apply` places the same
+hooks at the anchors of the others. The checks of the stored files themselves (`git
+am`, trees an earlier release patched, `--source` on exo's uv project) run here."""
+
+VERSION_IDS = {**{version: version for version in COMMITS}, "v1.0.65": "v1.0.65-pypi-mlx-lm"}
+"""Test ids: v1.0.65's says its mlx-lm is PyPI's 0.30.4, not the fork its uv.lock
+pins (AlexCheema/mlx-lm a5daf2b, also 0.30.4, which cannot be fetched here); see
+scripts/exo-venv for what each version's runner environment has."""
+
+
+def versions(only: tuple[str, ...] = tuple(COMMITS)) -> pytest.MarkDecorator:
+    """Parametrise a test over exo versions, with ids that say what each runs on."""
+    return pytest.mark.parametrize(
+        "version", [pytest.param(version, id=VERSION_IDS[version]) for version in only]
+    )
 
 
 HOW_TO_RUN = "run `make test-exo EXO_SRC=/path/to/exo MLX_LM_SRC=/path/to/mlx-lm`"
@@ -72,9 +100,19 @@ def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
         )
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
         if patched:
-            status, changed = patching.apply(target)
-            assert changed and status.series.name == version
+            patch_tree(target, version)
     return target
+
+
+def patch_tree(tree: Path, version: str) -> list[str]:
+    """The hooks into a pristine `tree` as `patch apply` puts them: a stored series
+    where it fits (v1.0.71's fits v1.0.69 too), placed at the anchors elsewhere. The
+    files it changed, relative to the tree."""
+    status, changed = patching.apply(tree)
+    assert changed and status.state == "applied", status.state
+    if version in SERIES_VERSIONS:
+        assert status.series.name == version, status.series.name
+    return list(status.series.files)
 
 
 def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
