@@ -105,7 +105,16 @@ def _apply(tree: Path, source: Source | None, lock: bool, say: Callable[[str], N
     if fresh:
         # A record left from an earlier, since reverted, round no longer applies.
         undo = {}
+    replaced = status.series if status.series.earlier else None
     status, changed = patching.apply(tree)
+    if replaced is not None and PYPROJECT in undo:
+        # The earlier series' own lines in pyproject.toml (its extra) went with it: its
+        # undo record, kept, must give back the file without them, and know it as now.
+        saved = undo[PYPROJECT]
+        before = saved.before
+        if before is not None:
+            before = patching.without_series(replaced, PYPROJECT, before) or before
+        undo[PYPROJECT] = Saved(before, digest(_read(tree / PYPROJECT) or b""))
     files = len(status.series.files)
     done = "applied" if changed else "already applied: nothing changed"
     say(f"series {status.series.label} ({files} files) {done} in {tree}")

@@ -296,6 +296,15 @@ def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
     return contents
 
 
+def without_series(series: Series, path: str, content: bytes) -> bytes | None:
+    """`content` of `path` with `series`' changes to that file taken back out (an
+    earlier release's lines in a copy its undo record kept); None if they are not in
+    it as the series wrote them."""
+    diffs = tuple((name, diff) for name, diff in series.diffs if diff.path == path)
+    result = _try(diffs, {path: content}, reverse=True)
+    return None if isinstance(result, _Failure) else result[path]
+
+
 @final
 @dataclass(frozen=True, slots=True)
 class _Failure:
