@@ -221,29 +221,6 @@ def exo_worker(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def run_check(
-    script: str, version: str, work: Path, venv_cache: Path, *options: str
-) -> dict[str, object]:
-    """Run one of tests/exo_support's checks in a patched exo tree; its JSON verdict."""
-    tree = exo_tree(work, version, patched=True)
-    venv = exo_venv(tree, venv_cache)
-    with tempfile.TemporaryDirectory(prefix="eog-exo-check-") as scratch:
-        completed = subprocess.run(
-            [str(venv / "bin" / "python"), str(SUPPORT / script), "--version", version, *options],
-            cwd=tree,
-            env=exo_environment(Path(scratch), guard=True),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, completed.stderr[-3000:]
-    result: dict[str, object] = json.loads(lines[-1])
-    assert completed.returncode == 0, (result, completed.stderr[-3000:])
-    return result
-
-
 def venv_cache() -> Path:
     """Where scripts/exo-venv keeps exo's environments: EXO_VENV_CACHE, or .cache/."""
     return Path(os.environ.get("EXO_VENV_CACHE", REPO / ".cache" / "exo-venv"))
