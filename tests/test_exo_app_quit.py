@@ -29,7 +29,6 @@ pytestmark = [
     pytest.mark.machine_wide,
     pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
 ]
-APP_SIGTERM_AT = 5.0
 APP_SIGKILL_AT = 8.0
 WEDGED_BUSY_WAIT = 6.0
 """A short busy wait, so the guard's kill of a wedged runner comes within the round."""
@@ -51,15 +50,15 @@ def test_the_apps_quit_ends_both_runners_through_exo_before_its_sigterm(
     """exo's own stop path ends both runners while exo lives, guard on or off: main's
     AsyncProcess SIGTERMs each after its 3 s join (the idle one too: the supervisor
     closes the task stream only after that), v1.0.71 leaves them to multiprocessing's
-    atexit (its unshielded join is cancelled at once). exo is gone before the app's
-    SIGTERM, so the guard never has a worker's death to act on."""
+    atexit (its unshielded join is cancelled at once). Measured, exo was gone before
+    the app's SIGTERM, so the guard never had a worker's death to act on."""
     done = _round(version, exo_work, exo_venv_cache, guard=guard, scenario="app")
-    assert done.exo_end_s is not None and done.exo_end_s < APP_SIGTERM_AT, done
-    assert [name for name, _ in done.signals] == ["SIGINT"], done
+    assert done.exo_end_s is not None, done
     for end in done.runners.values():
         assert end.by == "exo", done
         assert end.how.startswith("SIGTERM"), done
-        assert end.gone_s is not None and end.gone_s < APP_SIGTERM_AT, done
+        # Measured: 3.0-3.1 s on main, 1.7-4.3 s on v1.0.71 (docs/exo.md).
+        assert end.gone_s is not None and end.gone_s < APP_SIGKILL_AT, done
         if version == "v1.0.71":
             assert end.how == "SIGTERM (multiprocessing's atexit)", done
 
@@ -99,9 +98,20 @@ def test_a_wedged_runner_outlives_the_apps_quit_unless_guarded(
 def test_a_terminals_ctrl_c_reaches_unguarded_runners_only(
     version: str, guard: bool, exo_work: Path, exo_venv_cache: Path
 ) -> None:
-    """SIGINT to exo's process group: unguarded runners share it and get the SIGINT
-    too; guarded ones lead their own groups and are stopped by exo alone."""
+    """SIGINT to exo's process group: unguarded runners share it, so the idle one takes
+    it itself (KeyboardInterrupt: exit 1 on main; on v1.0.71 its traceback on exo's
+    stderr before multiprocessing's atexit SIGTERMs it); guarded ones lead their own
+    groups, never see it, and are stopped by exo alone (SIGTERM)."""
     done = _round(version, exo_work, exo_venv_cache, guard=guard, scenario="ctrl-c")
     assert done.exo_end_s is not None, done
     for end in done.runners.values():
+        # Measured: 0.5-3.1 s on main, 0.0-4.8 s on v1.0.71 (docs/exo.md).
         assert end.by == "exo" and end.gone_s is not None and end.gone_s < 10.0, done
+    idle = done.runners["idle"]
+    if guard:
+        assert done.keyboard_interrupts == 0, done
+        assert idle.how.startswith("SIGTERM"), done
+    elif version == "main":
+        assert idle.how == "exit 1", done
+    else:
+        assert done.keyboard_interrupts >= 1, done

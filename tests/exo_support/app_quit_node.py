@@ -199,7 +199,9 @@ async def run_node(args: argparse.Namespace) -> None:
                         )
                     elif isinstance(event.runner_status, RunnerIdle) and role is not None:
                         idle.add(role)
-                        if idle == set(roles):
+                        # A wedged runner may hold the GIL before its feeder thread has
+                        # sent RunnerIdle: the caller waits for its note instead.
+                        if idle >= {r for r in roles if r != "busy" or args.busy != "gil"}:
                             emit(event="ready", worker_pid=os.getpid(), pids=pids)
 
     await Node().run()

@@ -44,6 +44,11 @@ from tests.helpers.processes import carrying, kill_all
 Scenario = Literal["app", "ctrl-c"]
 APP_STEPS = ((signal.SIGINT, 0.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 8.0))
 TOKEN = "EOG_APP_QUIT_TOKEN"
+BUSY_LABELS = {
+    "eval": "in one long `mx.eval`",
+    "decode": "in exo's decode loop",
+    "gil": "wedged (SIGTERM ignored, GIL held)",
+}
 
 
 @dataclass
@@ -102,7 +107,7 @@ def environment(
     path_dir.mkdir()
     (path_dir / "exo_orphan_guard").symlink_to(REPO / "exo_orphan_guard")
     (scratch / "notes").mkdir()
-    site = "term_handover_site" if term_handover else "steps_site"
+    site = "quit_site"
     if term_handover:
         env["EOG_TERM_HANDOVER"] = "1"
     env.update(
@@ -276,18 +281,29 @@ def _classify(
             if exiting is not None and at >= exiting:
                 how += " (multiprocessing's atexit)"
         return RunnerEnd(role, pid, gone_s if gone_s is not None else at, "exo", how)
-    path = host_directory(registry) / endings.ENDINGS_NAME
-    ended = (
-        [e for e in endings.read(path, system.boot_id()) if e.pid == pid and e.event == "ended"]
-        if path.exists()
-        else []
-    )
+    ended = _ended(registry, pid) if gone_s is not None else []
     if ended:
         last = ended[-1]
         return RunnerEnd(role, pid, gone_s, "guard", f"{last.how} ({last.step})", last.step)
     if gone_s is None:
         return RunnerEnd(role, pid, None, "orphaned", "alive")
     return RunnerEnd(role, pid, gone_s, "unknown", "gone")
+
+
+def _ended(registry: Path, pid: int) -> list[endings.Ending]:
+    """The guard's `ended` lines for `pid`: its watchdog writes one once the runner is
+    gone, so allow it a moment."""
+    path = host_directory(registry) / endings.ENDINGS_NAME
+    deadline = time.monotonic() + 3.0
+    while True:
+        found = (
+            [e for e in endings.read(path, system.boot_id()) if e.pid == pid and e.event == "ended"]
+            if path.exists()
+            else []
+        )
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def main() -> None:
@@ -362,7 +378,7 @@ def table(path: Path) -> str:
             "the app (SIGINT, 5 s, SIGTERM, 3 s, SIGKILL)"
             if scenario == "app"
             else "Ctrl-C (SIGINT to the group)",
-            busy + (" (SIGTERM hand-over experiment)" if handover else ""),
+            BUSY_LABELS.get(busy, busy) + (" (SIGTERM hand-over experiment)" if handover else ""),
             "on" if guard else "off",
             str(len(rounds)),
             _span([r["exo_end_s"] for r in rounds])
@@ -380,15 +396,13 @@ def table(path: Path) -> str:
 
 def _span(values: list[float | None]) -> str:
     known = [v for v in values if v is not None]
-    alive = len(values) - len(known)
-    text = (
-        ""
-        if not known
-        else f"{min(known):.2f}"
-        if min(known) == max(known)
-        else f"{min(known):.2f}\N{EN DASH}{max(known):.2f}"
-    )
-    return (text + " s" if known else "") + (f" (alive: {alive})" if alive else "")
+    parts: list[str] = []
+    if known:
+        low, high = min(known), max(known)
+        parts.append(f"{low:.2f} s" if low == high else f"{low:.2f}\N{EN DASH}{high:.2f} s")
+    if len(known) < len(values):
+        parts.append(f"alive at the end ({len(values) - len(known)} of {len(values)})")
+    return ", ".join(parts)
 
 
 def _kinds(values: list[str]) -> str:

@@ -1,13 +1,19 @@
-"""An experiment, not the guard: what a guarded runner would do if SIGTERM from its
-live worker asked for exo's own Shutdown instead of killing it (docs/exo.md, "EXO.app's
-quit"). Used by `tests/helpers/app_quit.py --term-handover` only.
+"""`steps_site` for `tests/helpers/app_quit.py`, and two things more.
 
-On PYTHONPATH (before `steps_site`, which it loads and keeps working): in exo main's
-runner, at the first blocking `get` of `Runner.main` (right after RunnerIdle), a
-SIGTERM handler is installed that posts exo's `Shutdown` on the runner's own task
-stream, with the guard's own hand-over (`exo_orphan_guard.exo.shutdown_task`). A Python
-handler runs only between bytecodes: a runner inside a long `mx.eval` takes it when
-the eval returns. The guard replaces the handler once the worker is gone.
+On PYTHONPATH instead of `steps_site` (which it loads, and which works as before):
+
+- with `EOG_STEPS_MODE=gil` (the wedged runner), SIGTERM is ignored from the runner's
+  start: a runner SIGTERM cannot end, as one inside a kernel call is on a Mac (state
+  U) until the call returns. (`steps_site` blocks signals on the main thread only;
+  a process-directed SIGTERM then kills it through another thread.)
+- with `EOG_TERM_HANDOVER` set, an experiment, not the guard: what a runner would do
+  if SIGTERM from its live worker asked for exo's own Shutdown instead of killing it
+  (docs/exo.md, "EXO.app's quit"). In exo main's runner, at the first blocking `get`
+  of `Runner.main` (right after RunnerIdle), a SIGTERM handler is installed that posts
+  exo's `Shutdown` on the runner's own task stream with the guard's own hand-over
+  (`exo_orphan_guard.exo.shutdown_task`). A Python handler runs only between
+  bytecodes: a runner inside a long `mx.eval` takes it when the eval returns. The
+  guard replaces the handler once the worker is gone.
 """
 
 from __future__ import annotations
@@ -54,6 +60,11 @@ def _install_first(original: Callable[..., Any]) -> Callable[..., Any]:
 
     return get
 
+
+if os.environ.get("EOG_STEPS_MODE") == "gil":
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 if os.environ.get("EOG_TERM_HANDOVER"):
     import queue
