@@ -1,0 +1,247 @@
+"""exo's main process, as EXO.app and a terminal stop it, around exo's REAL worker.
+
+Run it with the python of an exo venv (``scripts/exo-venv``), from the exo tree::
+
+    <venv>/bin/python tests/exo_support/app_quit_node.py --version main --busy eval
+
+exo's full ``main`` needs its Rust bindings (router, election, pidfile), which are
+not built here. What it does on SIGINT and SIGTERM is kept as exo has it
+(``src/exo/main.py``, the same at main and v1.0.71):
+
+- ``main_inner``: ``mp.set_start_method("spawn", force=True)``, ``logger_setup``
+  (to stderr: no log file), ``anyio.run(node.run)``, on any exception a critical log
+  line and re-raise, ``logger_cleanup()`` in ``finally``; then the interpreter's
+  exit (multiprocessing's atexit terminates daemonic children and joins them);
+- ``Node``: exo's own ``TaskGroup`` (``exo.utils.task_group``); ``run`` installs
+  ``signal.signal(SIGINT/SIGTERM, lambda _, __: self.shutdown())`` inside it and
+  starts the Worker's ``run``; ``shutdown`` cancels the task group, and a second
+  call does ``sys.exit(1)`` (exo's lines, with one JSON line added before them);
+- the Worker is exo's REAL ``exo.worker.main.Worker`` from the tree (patched or
+  not), its ``run`` unchanged, the guard's ``guard_worker()`` hunk included. Two
+  things differ: its ``InfoGatherer`` is a stand-in that only waits (on Linux the
+  real one starts ``ip``-style subprocesses; it feeds the master and plays no part in
+  stopping runners), and its ``plan_step`` makes the runners exo's way
+  (``_create_supervisor(CreateRunner(...))``, the real ``RunnerSupervisor``) instead
+  of asking ``plan()``, which with no master would shut them down.
+
+Runners: ``idle`` (at RunnerIdle) and, with ``--busy``, ``busy``, spawned with
+``EOG_STEPS_MODE`` set so ``steps_site`` puts it in one long ``mx.eval`` (``eval``)
+, exo main's own decode loop (``decode``) or a native call that holds the GIL
+with every signal blocked (``gil``: wedged) right after RunnerIdle. ``steps_site``
+must be on PYTHONPATH and ``EOG_STEPS_NOTES`` set for that.
+
+stdout carries JSON lines only (times are ``time.monotonic()``, system-wide here):
+``ready`` (pids, once every runner is idle), ``shutdown`` (each signal exo's handler
+took), ``runner-ended`` (when exo's process reaps the runner: ``code`` is ``exited`` or
+``killed``, ``status`` the exit status or signal), ``exiting`` (``anyio.run`` returned or raised).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+_out: Any = None
+_out_lock = threading.Lock()
+
+
+def emit(**fields: Any) -> None:
+    with _out_lock:
+        _out.write(json.dumps({"at": time.monotonic(), **fields}) + "\n")
+        _out.flush()
+
+
+def private_stdout() -> None:
+    """JSON on a private dup of fd 1; fd 1 itself (inherited by runners) is stderr."""
+    global _out
+    _out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+
+def prepare_env(scratch: Path) -> None:
+    (scratch / "resources").mkdir(parents=True, exist_ok=True)
+    (scratch / "dashboard").mkdir(parents=True, exist_ok=True)
+    (scratch / "dashboard" / "index.html").write_text("<!doctype html>\n")
+    for name, sub in (
+        ("EXO_RESOURCES_DIR", "resources"),
+        ("EXO_DASHBOARD_DIR", "dashboard"),
+        ("XDG_CACHE_HOME", "xdg-cache"),
+        ("XDG_DATA_HOME", "xdg-data"),
+        ("XDG_CONFIG_HOME", "xdg-config"),
+        ("EXO_HOME", "exo-home"),
+    ):
+        os.environ.setdefault(name, str(scratch / sub))
+
+
+def report_reaping(roles: dict[int, str]) -> None:
+    """Say how each runner ended, when exo's process reaps it (multiprocessing's
+    `Popen.poll` and `wait` call `os.waitpid`): the same call, its result passed on."""
+    real = os.waitpid
+
+    def waitpid(pid: int, options: int, /) -> tuple[int, int]:
+        reaped, status = real(pid, options)
+        if reaped in roles:
+            if os.WIFSIGNALED(status):
+                code, value = "killed", os.WTERMSIG(status)
+            else:
+                code, value = "exited", os.WEXITSTATUS(status)
+            emit(event="runner-ended", role=roles[reaped], pid=reaped, code=code, status=value)
+        return reaped, status
+
+    os.waitpid = waitpid
+
+
+async def run_node(args: argparse.Namespace) -> None:
+    import anyio
+    import exo.worker.main as worker_main
+    from exo.shared.types.common import NodeId
+    from exo.shared.types.events import Event, IndexedEvent, RunnerStatusUpdated
+    from exo.shared.types.tasks import CreateRunner
+    from exo.shared.types.worker.runners import RunnerFailed, RunnerIdle
+    from exo.utils.channels import channel
+    from exo.utils.task_group import TaskGroup
+    from exo.worker.tests.unittests import conftest
+
+    class QuietInfoGatherer:
+        def __init__(self, *_: object) -> None: ...
+
+        async def run(self) -> None:
+            await anyio.sleep_forever()
+
+    worker_main.InfoGatherer = QuietInfoGatherer  # pyright: ignore
+
+    roles = ["busy", "idle"] if args.busy else ["idle"]
+    node_id = NodeId("app-quit-node")
+    bound = {
+        role: conftest.get_bound_mlx_ring_instance(
+            instance_id=conftest.InstanceId(f"app-quit-{role}"),
+            model_id=conftest.ModelId("mlx-community/Llama-3.2-1B-Instruct-4bit"),
+            runner_id=conftest.RunnerId(f"runner-{role}"),
+            node_id=node_id,
+        )
+        for role in roles
+    }
+    pids: dict[str, int] = {}
+    reaped_roles: dict[int, str] = {}
+    report_reaping(reaped_roles)
+    idle: set[str] = set()
+    role_of = {str(b.bound_runner_id): role for role, b in bound.items()}
+
+    class Worker(worker_main.Worker):
+        async def plan_step(self) -> None:  # exo's CreateRunner, without plan()
+            for role in roles:
+                if role == "busy":
+                    os.environ["EOG_STEPS_MODE"] = args.busy
+                task = CreateRunner(
+                    instance_id=bound[role].instance.instance_id, bound_instance=bound[role]
+                )
+                made: Any = self._create_supervisor(task)
+                supervisor: Any = await made if args.version == "main" else made
+                while (pid := _pid(supervisor)) is None:
+                    await anyio.sleep(0.01)
+                os.environ.pop("EOG_STEPS_MODE", None)
+                pids[role] = pid
+                reaped_roles[pid] = role
+            await anyio.sleep_forever()
+
+    to_worker, worker_events = channel[IndexedEvent]()
+    events, from_worker = channel[Event]()
+    commands, _commands = channel[Any]()
+    downloads, _downloads = channel[Any]()
+    worker = Worker(
+        node_id,
+        event_receiver=worker_events,
+        event_sender=events,
+        command_sender=commands,
+        download_command_sender=downloads,
+        api_port=52415,
+    )
+
+    class Node:  # exo's Node.run and Node.shutdown (src/exo/main.py)
+        def __init__(self) -> None:
+            self._tg = TaskGroup()
+
+        async def run(self) -> None:
+            async with self._tg as tg:
+                signal.signal(signal.SIGINT, lambda _, __: self.shutdown())
+                signal.signal(signal.SIGTERM, lambda _, __: self.shutdown())
+                tg.start_soon(worker.run)
+                tg.start_soon(self._events)
+
+        def shutdown(self) -> None:
+            emit(event="shutdown", second=self._tg.cancel_called())
+            # if this is our second call to shutdown, just sys.exit
+            if self._tg.cancel_called():
+                import sys
+
+                sys.exit(1)
+            self._tg.cancel_tasks()
+
+        async def _events(self) -> None:  # exo's EventRouter reads the worker's events
+            with from_worker as stream, to_worker:
+                async for event in stream:
+                    if not isinstance(event, RunnerStatusUpdated):
+                        continue
+                    role = role_of.get(str(event.runner_id))
+                    if isinstance(event.runner_status, RunnerFailed):
+                        emit(
+                            event="runner-failed",
+                            role=role,
+                            error=event.runner_status.error_message,
+                        )
+                    elif isinstance(event.runner_status, RunnerIdle) and role is not None:
+                        idle.add(role)
+                        # A wedged runner may hold the GIL before its feeder thread has
+                        # sent RunnerIdle: the caller waits for its note instead.
+                        if idle >= {r for r in roles if r != "busy" or args.busy != "gil"}:
+                            emit(event="ready", worker_pid=os.getpid(), pids=pids)
+
+    await Node().run()
+
+
+def _pid(supervisor: Any) -> int | None:
+    try:
+        pid = supervisor.runner_process.pid
+    except Exception:  # main's AsyncProcess raises before the start
+        return None
+    return pid if isinstance(pid, int) else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", choices=("main", "v1.0.71"), required=True)
+    parser.add_argument("--busy", choices=("eval", "decode", "gil"), default=None)
+    parser.add_argument("--scratch", type=Path, required=True)
+    args = parser.parse_args()
+    prepare_env(args.scratch)
+    private_stdout()
+
+    import anyio
+    from exo.shared.logging import logger_cleanup, logger_setup
+    from loguru import logger
+
+    mp.set_start_method("spawn", force=True)
+    logger_setup(None)
+    try:
+        anyio.run(run_node, args)
+    except BaseException as exception:
+        emit(event="exiting", how=type(exception).__name__)
+        logger.opt(exception=exception).critical("EXO terminated due to unhandled exception")
+        raise
+    else:
+        emit(event="exiting", how="returned")
+    finally:
+        logger.info("EXO Shutdown complete")
+        logger_cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

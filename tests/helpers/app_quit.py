@@ -1,0 +1,356 @@
+"""EXO.app's quit and a terminal's Ctrl-C, played on exo's real worker, measured.
+
+`tests/exo_support/app_quit_node.py` is exo's main process around exo's real Worker
+and RunnerSupervisors, with an idle runner and a busy one. This side is the app (or
+the terminal): it starts that process in a session of its own, then
+
+- `app`: SIGINT to its pid, 5 s, SIGTERM, 3 s, SIGKILL (`ExoProcessController.swift`),
+  each only while it still runs;
+- `ctrl-c`: SIGINT to its whole process group, once (what a terminal sends);
+
+and watches each runner until it is gone (or `observe` seconds): when, and how
+(what exo's process saw when it reaped it, or the guard's `ended` line, or alive).
+
+    .venv/bin/python -m tests.helpers.app_quit --rounds 3 --out F   # inside scripts/confined
+    .venv/bin/python -m tests.helpers.app_quit --table F            # app_quit_table
+
+prints one line per round, and the tables of docs/exo.md from what `--out` kept.
+Every process it starts carries a token in its environment, and all of them are
+killed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from exo_orphan_guard import system
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
+from tests.helpers.exo_trees import REPO, SUPPORT
+from tests.helpers.processes import carrying, kill_all
+
+Scenario = Literal["app", "ctrl-c"]
+APP_STEPS = ((signal.SIGINT, 0.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 8.0))
+TOKEN = "EOG_APP_QUIT_TOKEN"
+
+
+@dataclass
+class RunnerEnd:
+    role: str
+    pid: int
+    gone_s: float | None
+    """Seconds from the first signal until it was seen gone; None: alive at the end."""
+    by: str
+    """`exo`: it ended while exo's process lived (seen by it); `guard`: the guard's
+    ending after exo's process died; `orphaned`; `unknown`."""
+    how: str
+    step: str | None = None
+
+
+@dataclass
+class Round:
+    version: str
+    guard: bool
+    scenario: Scenario
+    busy: str
+    term_handover: bool
+    exo_end_s: float | None
+    exo_exit: int | None
+    signals: list[tuple[str, float]] = field(default_factory=list[tuple[str, float]])
+    runners: dict[str, RunnerEnd] = field(default_factory=dict[str, RunnerEnd])
+    keyboard_interrupts: int = 0
+    """`KeyboardInterrupt` tracebacks the runners wrote (a SIGINT reached them)."""
+    events: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+
+    def line(self) -> str:
+        ends = "; ".join(f"{r.role}: {_s(r.gone_s)} {r.by} {r.how}" for r in self.runners.values())
+        return (
+            f"{self.version} guard={'on' if self.guard else 'off'} {self.scenario} busy={self.busy}"
+            f"{' term-handover' if self.term_handover else ''}: "
+            f"exo ended {_s(self.exo_end_s)} (exit {self.exo_exit}); {ends}; "
+            f"KeyboardInterrupt tracebacks: {self.keyboard_interrupts}"
+        )
+
+
+def _s(value: float | None) -> str:
+    return "alive" if value is None else f"{value:.2f} s"
+
+
+def environment(
+    scratch: Path,
+    *,
+    guard: bool,
+    eval_seconds: float,
+    busy_wait: float | None,
+    token: str,
+    term_handover: bool = False,
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EXO_ORPHAN_GUARD")}
+    path_dir = scratch / "guard-path"
+    path_dir.mkdir()
+    (path_dir / "exo_orphan_guard").symlink_to(REPO / "exo_orphan_guard")
+    (scratch / "notes").mkdir()
+    site = "quit_site"
+    if term_handover:
+        env["EOG_TERM_HANDOVER"] = "1"
+    env.update(
+        {
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONPATH": os.pathsep.join([str(path_dir), str(SUPPORT / site)]),
+            "EOG_STEPS_NOTES": str(scratch / "notes"),
+            "EOG_STEPS_EVAL_SECONDS": str(eval_seconds),
+            settings.DIR_ENV: str(scratch / "registry"),
+            TOKEN: token,
+        }
+    )
+    if guard:
+        env[settings.TOGGLE_ENV] = "true"  # exo's own spelling
+    if busy_wait is not None:
+        env[settings.BUSY_WAIT_ENV] = str(busy_wait)
+    return env
+
+
+def run_round(
+    tree: Path,
+    venv: Path,
+    version: str,
+    *,
+    guard: bool,
+    scenario: Scenario,
+    busy: str = "eval",
+    eval_seconds: float = 12.0,
+    busy_wait: float | None = None,
+    observe: float = 40.0,
+    term_handover: bool = False,
+) -> Round:
+    scratch = Path(tempfile.mkdtemp(prefix="eog-app-quit-"))
+    token = uuid.uuid4().hex
+    log = (scratch / "exo.log").open("wb")
+    exo = subprocess.Popen(
+        [
+            str(venv / "bin" / "python"),
+            str(SUPPORT / "app_quit_node.py"),
+            "--version",
+            version,
+            "--busy",
+            busy,
+            "--scratch",
+            str(scratch / "node"),
+        ],
+        cwd=tree,
+        env=environment(
+            scratch,
+            guard=guard,
+            eval_seconds=eval_seconds,
+            busy_wait=busy_wait,
+            token=token,
+            term_handover=term_handover,
+        ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,  # it leads a process group, as exo in a terminal
+    )
+    result = Round(version, guard, scenario, busy, term_handover, None, None)
+    try:
+        assert exo.stdout is not None
+        stdout = exo.stdout.fileno()
+        os.set_blocking(stdout, False)
+        buffer = b""
+
+        def read_events() -> None:
+            nonlocal buffer
+            while select.select([stdout], [], [], 0)[0]:
+                chunk = os.read(stdout, 65536)
+                if not chunk:
+                    return
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                result.events.extend(json.loads(line) for line in lines if line.strip())
+
+        ready = _wait_ready(exo, read_events, result, scratch, busy)
+        runners = {role: identity_of(pid) for role, pid in ready["pids"].items()}
+        t0, wall0 = time.monotonic(), time.time()
+        pending = list(APP_STEPS) if scenario == "app" else []
+        if scenario == "ctrl-c":
+            os.killpg(exo.pid, signal.SIGINT)
+            result.signals.append(("SIGINT to the group", 0.0))
+        gone: dict[str, float] = {}
+        while time.monotonic() - t0 < observe:
+            now = time.monotonic() - t0
+            read_events()
+            if result.exo_end_s is None and exo.poll() is not None:
+                result.exo_end_s, result.exo_exit = now, exo.returncode
+            while pending and now >= pending[0][1]:
+                sig, _ = pending.pop(0)
+                if exo.poll() is None:  # only while it runs: the pid is still ours
+                    exo.send_signal(sig)
+                    result.signals.append((signal.Signals(sig).name, round(now, 3)))
+            for role, identity in runners.items():
+                if role not in gone and (identity is None or liveness(identity) == "gone"):
+                    gone[role] = now
+            if result.exo_end_s is not None and len(gone) == len(runners):
+                break
+            time.sleep(0.02)
+        read_events()
+        result.keyboard_interrupts = _keyboard_interrupts(scratch)
+        for role, identity in runners.items():
+            result.runners[role] = _classify(
+                role, identity, gone.get(role), result, scratch / "registry", t0, wall0
+            )
+        return result
+    finally:
+        if exo.poll() is None:
+            exo.kill()
+        exo.wait()
+        log.close()
+        kill_all(carrying(TOKEN, token))
+        if os.environ.get("EOG_APP_QUIT_KEEP"):
+            print(f"kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _keyboard_interrupts(scratch: Path) -> int:
+    """In exo's own log (v1.0.71's runners write there) and the runners' stderr logs
+    exo main keeps (`EXO_RUNNER_STDERR_LOG`, under the scratch XDG cache)."""
+    logs = [scratch / "exo.log", *(scratch / "node").rglob("*.log")]
+    return sum(
+        log.read_text(errors="replace").count("\nKeyboardInterrupt")
+        for log in logs
+        if log.is_file()
+    )
+
+
+def _wait_ready(
+    exo: subprocess.Popen[bytes], read: Any, result: Round, scratch: Path, busy: str
+) -> dict[str, Any]:
+    deadline = time.monotonic() + 150
+    mark = {"eval": "eval begun", "decode": "decoding", "gil": "holding the gil"}[busy]
+    ready: dict[str, Any] | None = None
+    while time.monotonic() < deadline and exo.poll() is None:
+        read()
+        ready = ready or next((e for e in result.events if e["event"] == "ready"), None)
+        if ready is not None:
+            notes = scratch / "notes" / f"{ready['pids']['busy']}.jsonl"
+            if notes.exists() and mark in notes.read_text():
+                time.sleep(1.0)  # well inside it
+                return ready
+        time.sleep(0.05)
+    tail = (scratch / "exo.log").read_text(errors="replace")[-3000:]
+    raise AssertionError(f"exo's runners never got ready: {result.events} {tail}")
+
+
+def _classify(
+    role: str,
+    identity: ProcessIdentity | None,
+    gone_s: float | None,
+    result: Round,
+    registry: Path,
+    t0: float,
+    wall0: float,
+) -> RunnerEnd:
+    pid = identity.pid if identity else -1
+    seen = next(
+        (e for e in result.events if e["event"] == "runner-ended" and e["pid"] == pid), None
+    )
+    exiting = next((e["at"] - t0 for e in result.events if e["event"] == "exiting"), None)
+    if seen is not None:
+        at = seen["at"] - t0
+        if seen["code"] == "exited":
+            how = f"exit {seen['status']}"
+        else:
+            how = signal.Signals(seen["status"]).name
+            if exiting is not None and at >= exiting:
+                how += " (multiprocessing's atexit)"
+        return RunnerEnd(role, pid, gone_s if gone_s is not None else at, "exo", how)
+    ended = _ended(registry, pid) if gone_s is not None else []
+    if ended:
+        last = ended[-1]
+        return RunnerEnd(role, pid, gone_s, "guard", f"{last.how} ({last.step})", last.step)
+    if gone_s is None:
+        return RunnerEnd(role, pid, None, "orphaned", "alive")
+    return RunnerEnd(role, pid, gone_s, "unknown", "gone")
+
+
+def _ended(registry: Path, pid: int) -> list[endings.Ending]:
+    """The guard's `ended` lines for `pid`: its watchdog writes one once the runner is
+    gone, so allow it a moment."""
+    path = host_directory(registry) / endings.ENDINGS_NAME
+    deadline = time.monotonic() + 3.0
+    while True:
+        found = (
+            [e for e in endings.read(path, system.boot_id()) if e.pid == pid and e.event == "ended"]
+            if path.exists()
+            else []
+        )
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def main() -> None:
+    from tests.helpers.app_quit_table import record, table
+    from tests.helpers.exo_footprint import footprint_tree
+    from tests.helpers.exo_trees import exo_venv, venv_cache
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--versions", default="main,v1.0.71")
+    parser.add_argument("--scenarios", default="app,ctrl-c")
+    parser.add_argument("--busy", default="eval")
+    parser.add_argument("--eval-seconds", type=float, default=12.0)
+    parser.add_argument("--busy-wait", type=float, default=None)
+    parser.add_argument("--observe", type=float, default=40.0)
+    parser.add_argument("--guards", default="off,on")
+    parser.add_argument("--term-handover", action="store_true", help="the experiment")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--table", type=Path, default=None, help="the table of an --out file")
+    args = parser.parse_args()
+    if args.table is not None:
+        print(table(args.table))
+        return
+    work = Path(tempfile.mkdtemp(prefix="eog-app-quit-trees-"))
+    try:
+        for version in args.versions.split(","):
+            tree = footprint_tree(work, version)
+            venv = exo_venv(tree, venv_cache(), runner=True)
+            for scenario in args.scenarios.split(","):
+                for guard in [g == "on" for g in args.guards.split(",")]:
+                    for _ in range(args.rounds):
+                        done = run_round(
+                            tree,
+                            venv,
+                            version,
+                            guard=guard,
+                            scenario=scenario,  # pyright: ignore[reportArgumentType]
+                            busy=args.busy,
+                            eval_seconds=args.eval_seconds,
+                            busy_wait=args.busy_wait,
+                            observe=args.observe,
+                            term_handover=args.term_handover,
+                        )
+                        print(done.line(), flush=True)
+                        if args.out is not None:
+                            with args.out.open("a") as out:
+                                out.write(json.dumps(record(done)) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
