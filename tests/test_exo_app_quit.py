@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.app_quit import Round, run_round
-from tests.helpers.exo_footprint import footprint_tree
-from tests.helpers.exo_trees import COMMITS, exo_venv
+from tests.helpers.exo_trees import COMMITS, exo_tree, exo_venv
 
 pytestmark = [
     pytest.mark.exo,
@@ -35,7 +34,7 @@ WEDGED_BUSY_WAIT = 6.0
 
 
 def _round(version: str, exo_work: Path, exo_venv_cache: Path, **options: object) -> Round:
-    tree = footprint_tree(exo_work, version)
+    tree = exo_tree(exo_work, version, patched=True)
     venv = exo_venv(tree, exo_venv_cache, runner=True)
     done = run_round(tree, venv, version, **options)  # pyright: ignore[reportArgumentType]
     print(f"\n{done.line()}")

@@ -305,8 +305,7 @@ def _ended(registry: Path, pid: int) -> list[endings.Ending]:
 
 def main() -> None:
     from tests.helpers.app_quit_table import record, table
-    from tests.helpers.exo_footprint import footprint_tree
-    from tests.helpers.exo_trees import exo_venv, venv_cache
+    from tests.helpers.exo_trees import exo_tree, exo_venv, venv_cache
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -327,7 +326,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="eog-app-quit-trees-"))
     try:
         for version in args.versions.split(","):
-            tree = footprint_tree(work, version)
+            tree = exo_tree(work, version, patched=True)
             venv = exo_venv(tree, venv_cache(), runner=True)
             for scenario in args.scenarios.split(","):
                 for guard in [g == "on" for g in args.guards.split(",")]:
