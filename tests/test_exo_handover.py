@@ -8,7 +8,10 @@ is killed at the busy wait."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +19,9 @@ import pytest
 
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.exo_runner import LOAD_SECONDS_ENV, OWN_SHUTDOWN_SECONDS
+from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.watch.handover import HANDOVER_SECONDS
 from tests.conftest import StartWorker
 from tests.test_clean_ending import Ended
@@ -104,3 +109,28 @@ def test_every_byte_on_the_runners_pipes_to_its_watchdog_means_one_thing() -> No
         *notice_check.NEWS,
     ]
     assert len(set(news)) == len(news), news
+
+
+@pytest.mark.usefixtures("graced")
+def test_sigterm_from_a_live_worker_asks_an_exo_runner_for_its_own_shutdown(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    """exo stops a runner it no longer wants with SIGTERM (its own shutdown, EXO.app's
+    quit). An idle exo runner takes its own Shutdown instead and exits by itself; one
+    that does not look at its tasks within the window ends as SIGTERM would have."""
+    worker = start_worker(["exoidle", "exoload"], watch="exo", notes=notes)
+    by_kind = {runner.kind: runner.identity for runner in worker.runners}
+    asked = time.monotonic()
+    for identity in by_kind.values():
+        os.kill(identity.pid, signal.SIGTERM)
+    gone = scenarios.wait_gone(list(by_kind.values()), HANDOVER_SECONDS + 2.0)
+    idle, load = gone[by_kind["exoidle"]], gone[by_kind["exoload"]]
+    assert idle is not None and idle - asked < 1.0, idle
+    assert read_events(notes, by_kind["exoidle"]) == ["took", "shut down", "finally"]
+    assert load is not None and HANDOVER_SECONDS <= load - asked < HANDOVER_SECONDS + 1.0
+    assert read_events(notes, by_kind["exoload"]) == ["loading"]  # no clean-up: a kill
+    assert worker.process.poll() is None  # the worker lives on
+
+
+def read_events(notes: Path, runner: ProcessIdentity) -> list[str]:
+    return [str(note["event"]) for note in read_notes(notes, runner.pid)]

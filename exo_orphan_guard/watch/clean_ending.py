@@ -19,8 +19,9 @@ again, at most once a second, except inside `ending_cleanly()`, whose clean-up i
 never interrupted (the watchdog repeats the notice only outside it, and the handler
 checks again).
 
-While the worker lives nothing here changes what a signal does: SIGTERM keeps its
-default action (exo's own stop of a runner stuck in native code must still end it).
+While the worker lives nothing here changes what a signal does, but for a runner with
+a Shutdown of its own (exo's): its SIGTERM asks for that Shutdown first
+(`term_handover`). Any other runner's SIGTERM keeps its default action.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Final, Literal, final
 from loguru import logger
 
 from ..system.identity import ProcessIdentity
-from . import ending_exit, notice_check, widowed
+from . import ending_exit, notice_check, term_handover, widowed
 from .handover import Handover, run_handover
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
@@ -141,6 +142,8 @@ def install(
     atexit.register(_log_pending, state)
     signal.signal(NOTICE_SIGNAL, _on_notice)
     state.armed = notice_check.arm(NOTICE_SIGNAL, _on_notice)
+    if handover is not None:
+        term_handover.install(handover, grace, me.pid)
     threading.Thread(
         target=_listen_to_the_watchdog,
         args=(state, notice),
