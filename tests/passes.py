@@ -127,7 +127,24 @@ def _is_module(name: str) -> bool:
 @functools.cache
 def imported_modules(name: str) -> frozenset[str]:
     """The project's modules that module `name` imports or names in a string, and those
-    of the `tests.helpers` modules it imports, transitively."""
+    of the `tests.helpers` modules it imports, transitively (helpers that import each
+    other included)."""
+    modules = set(_direct_imports(name))
+    helpers = [module for module in modules if module.startswith("tests.helpers")]
+    seen = {name}
+    while helpers:
+        helper = helpers.pop()
+        if helper in seen:
+            continue
+        seen.add(helper)
+        found = _direct_imports(helper)
+        modules |= found
+        helpers += [module for module in found if module.startswith("tests.helpers")]
+    return frozenset(modules)
+
+
+@functools.cache
+def _direct_imports(name: str) -> frozenset[str]:
     path = module_path(name)
     if path is None:
         return frozenset()
@@ -150,11 +167,7 @@ def imported_modules(name: str) -> frozenset[str]:
                 found.add("exo_orphan_guard.__main__")
             elif node.value.startswith("exo_orphan_guard.") and _is_module(node.value):
                 found.add(node.value)
-    modules = {module for module in found if _is_module(module)}
-    for module in list(modules):
-        if module.startswith("tests.helpers.") or module == "tests.helpers":
-            modules |= imported_modules(module)
-    return frozenset(modules)
+    return frozenset(module for module in found if _is_module(module))
 
 
 def _reaches(modules: Collection[str], prefixes: tuple[str, ...]) -> bool:

@@ -69,7 +69,8 @@ def run_handover(
     `time.monotonic()` the main thread first ran Python after the notice) says: call
     `on_taken` as soon as the program's code has the request (then nothing else
     happens: its shutdown is never interrupted), or `escalate` with the reason if the
-    window passes first (or the request cannot be posted)."""
+    window passes first. A request that cannot be posted (a closed stream) is said
+    once; the window still runs, for a program that ends by itself."""
     failed: list[BaseException] = []
 
     def post() -> None:
@@ -80,23 +81,28 @@ def run_handover(
 
     poster = threading.Thread(target=post, name="exo-orphan-guard-handover", daemon=True)
     poster.start()
+    said = False
     while True:
-        if failed:
+        if failed and not said:
+            # Its task stream closed, say: the program's loop may be ending by itself,
+            # and is given the window for it all the same.
+            said = True
             error = failed[0]
             logger.warning(
                 f"orphan guard: could not hand over {handover.name} "
                 f"({type(error).__name__}: {error})"
             )
-            escalate(f"{handover.name} could not be handed over")
-            return
-        if _taken(handover):
+        if not failed and _taken(handover):
             on_taken()
             return
         if exiting():
             return
         since = in_python_since()
         if since is not None and time.monotonic() >= since + window(grace):
-            escalate(f"{handover.name} was not taken within {window(grace):g} s")
+            if failed:
+                escalate(f"{handover.name} could not be handed over")
+            else:
+                escalate(f"{handover.name} was not taken within {window(grace):g} s")
             return
         time.sleep(_LOOK_SECONDS)
 

@@ -67,7 +67,6 @@ class Round:
     guard: bool
     scenario: Scenario
     busy: str
-    term_handover: bool
     exo_end_s: float | None
     exo_exit: int | None
     signals: list[tuple[str, float]] = field(default_factory=list[tuple[str, float]])
@@ -80,7 +79,7 @@ class Round:
         ends = "; ".join(f"{r.role}: {_s(r.gone_s)} {r.by} {r.how}" for r in self.runners.values())
         return (
             f"{self.version} guard={'on' if self.guard else 'off'} {self.scenario} busy={self.busy}"
-            f"{' term-handover' if self.term_handover else ''}: "
+            ": "
             f"exo ended {_s(self.exo_end_s)} (exit {self.exo_exit}); {ends}; "
             f"KeyboardInterrupt tracebacks: {self.keyboard_interrupts}"
         )
@@ -97,7 +96,6 @@ def environment(
     eval_seconds: float,
     busy_wait: float | None,
     token: str,
-    term_handover: bool = False,
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EXO_ORPHAN_GUARD")}
     path_dir = scratch / "guard-path"
@@ -105,8 +103,6 @@ def environment(
     (path_dir / "exo_orphan_guard").symlink_to(REPO / "exo_orphan_guard")
     (scratch / "notes").mkdir()
     site = "quit_site"
-    if term_handover:
-        env["EOG_TERM_HANDOVER"] = "1"
     env.update(
         {
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -135,7 +131,6 @@ def run_round(
     eval_seconds: float = 12.0,
     busy_wait: float | None = None,
     observe: float = 40.0,
-    term_handover: bool = False,
 ) -> Round:
     scratch = Path(tempfile.mkdtemp(prefix="eog-app-quit-"))
     token = uuid.uuid4().hex
@@ -158,14 +153,13 @@ def run_round(
             eval_seconds=eval_seconds,
             busy_wait=busy_wait,
             token=token,
-            term_handover=term_handover,
         ),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=log,
         start_new_session=True,  # it leads a process group, as exo in a terminal
     )
-    result = Round(version, guard, scenario, busy, term_handover, None, None)
+    result = Round(version, guard, scenario, busy, None, None)
     try:
         assert exo.stdout is not None
         stdout = exo.stdout.fileno()
@@ -316,7 +310,6 @@ def main() -> None:
     parser.add_argument("--busy-wait", type=float, default=None)
     parser.add_argument("--observe", type=float, default=40.0)
     parser.add_argument("--guards", default="off,on")
-    parser.add_argument("--term-handover", action="store_true", help="the experiment")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--table", type=Path, default=None, help="the table of an --out file")
     args = parser.parse_args()
@@ -341,7 +334,6 @@ def main() -> None:
                             eval_seconds=args.eval_seconds,
                             busy_wait=args.busy_wait,
                             observe=args.observe,
-                            term_handover=args.term_handover,
                         )
                         print(done.line(), flush=True)
                         if args.out is not None:

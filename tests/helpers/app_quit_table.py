@@ -19,14 +19,13 @@ BUSY_LABELS = {
 
 def table(path: Path) -> str:
     """The markdown table of a `--out` file: one row per version, scenario, guard."""
-    rows: dict[tuple[str, str, str, bool, bool], list[dict[str, Any]]] = {}
+    rows: dict[tuple[str, str, str, bool], list[dict[str, Any]]] = {}
     for line in path.read_text().splitlines():
         done = json.loads(line)
         key = (
             done["version"],
             done["scenario"],
             done["busy"],
-            done.get("term_handover", False),
             done["guard"],
         )
         rows.setdefault(key, []).append(done)
@@ -35,13 +34,13 @@ def table(path: Path) -> str:
         "| idle runner ended | busy runner ended | runners' KeyboardInterrupt tracebacks |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (version, scenario, busy, handover, guard), rounds in rows.items():
+    for (version, scenario, busy, guard), rounds in rows.items():
         cells = [
             version,
             "the app (SIGINT, 5 s, SIGTERM, 3 s, SIGKILL)"
             if scenario == "app"
             else "Ctrl-C (SIGINT to the group)",
-            BUSY_LABELS.get(busy, busy) + (" (SIGTERM hand-over experiment)" if handover else ""),
+            BUSY_LABELS.get(busy, busy),
             "on" if guard else "off",
             str(len(rounds)),
             _span([r["exo_end_s"] for r in rounds])
@@ -93,7 +92,6 @@ def record(done: Round) -> dict[str, Any]:
         "guard": done.guard,
         "scenario": done.scenario,
         "busy": done.busy,
-        "term_handover": done.term_handover,
         "keyboard_interrupts": done.keyboard_interrupts,
         "exo_end_s": done.exo_end_s,
         "exo_exit": done.exo_exit,
