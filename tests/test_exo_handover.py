@@ -134,3 +134,20 @@ def test_sigterm_from_a_live_worker_asks_an_exo_runner_for_its_own_shutdown(
 
 def read_events(notes: Path, runner: ProcessIdentity) -> list[str]:
     return [str(note["event"]) for note in read_notes(notes, runner.pid)]
+
+
+@pytest.mark.usefixtures("graced")
+def test_a_worker_that_dies_after_its_sigterm_leaves_the_ending_to_the_clean_one(
+    start_worker: StartWorker, notes: Path, isolated_environment: Path
+) -> None:
+    """SIGTERM asked a runner that does not look at its tasks for its Shutdown, then its
+    worker died: the SIGTERM's window running out must not kill what the worker's death
+    began (WorkerGone, the runner's own `finally`), which its watchdog bounds."""
+    worker = start_worker(["exoload"], watch="exo", notes=notes)
+    (runner,) = worker.runners
+    os.kill(runner.identity.pid, signal.SIGTERM)
+    time.sleep(0.5)
+    scenarios.kill_worker(worker)
+    gone = scenarios.wait_gone([runner.identity], HANDOVER_SECONDS + 3.0)[runner.identity]
+    assert gone is not None
+    assert read_events(notes, runner.identity) == ["loading", "raised", "finally"]

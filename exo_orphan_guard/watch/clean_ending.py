@@ -143,7 +143,7 @@ def install(
     signal.signal(NOTICE_SIGNAL, _on_notice)
     state.armed = notice_check.arm(NOTICE_SIGNAL, _on_notice)
     if handover is not None:
-        term_handover.install(handover, grace, me.pid)
+        term_handover.install(handover, grace, me.pid, lambda: state.phase == "ending")
     threading.Thread(
         target=_listen_to_the_watchdog,
         args=(state, notice),

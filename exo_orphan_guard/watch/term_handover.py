@@ -22,6 +22,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 from loguru import logger
@@ -29,8 +30,9 @@ from loguru import logger
 from .handover import Handover, run_handover
 
 
-def install(handover: Handover, grace: float, me: int) -> None:
-    """Main thread only (a signal handler)."""
+def install(handover: Handover, grace: float, me: int, ending_begun: Callable[[], bool]) -> None:
+    """Main thread only (a signal handler). `ending_begun`: whether the worker's death
+    has begun the runner's ending, which then owns it (and its watchdog bounds it)."""
     wake, woken = os.pipe()
     os.set_blocking(woken, False)
 
@@ -40,12 +42,17 @@ def install(handover: Handover, grace: float, me: int) -> None:
             os.write(woken, b"t")
 
     threading.Thread(
-        target=_serve, args=(handover, grace, me, wake), name="exo-orphan-guard-term", daemon=True
+        target=_serve,
+        args=(handover, grace, me, wake, ending_begun),
+        name="exo-orphan-guard-term",
+        daemon=True,
     ).start()
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def _serve(handover: Handover, grace: float, me: int, wake: int) -> None:
+def _serve(
+    handover: Handover, grace: float, me: int, wake: int, ending_begun: Callable[[], bool]
+) -> None:
     try:
         if not os.read(wake, 1):
             return
@@ -60,6 +67,8 @@ def _serve(handover: Handover, grace: float, me: int, wake: int) -> None:
         logger.warning(f"orphan guard: runner {me}: it took {handover.name} and is ending")
 
     def escalate(why: str) -> None:
+        if ending_begun():
+            return  # the worker died meanwhile: its clean ending, bounded, goes on
         logger.warning(f"orphan guard: runner {me}: {why}: ended as SIGTERM would have")
         # SIGTERM's default action, which only the main thread could put back: the
         # process ends at once, with no clean-up, as exo's SIGTERM meant.
