@@ -26,7 +26,10 @@ from exo_orphan_guard.watch.handover import HANDOVER_SECONDS
 from tests.conftest import StartWorker
 from tests.test_clean_ending import Ended
 
+# An exo runner sweeps the machine before its first task (`exo.hooks`): the tests that
+# start one run only inside scripts/confined's pid namespace.
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
+machine_wide = pytest.mark.machine_wide
 
 GRACE = 8.0
 """Twice the window and more: each step has room before the grace ends it."""
@@ -52,6 +55,7 @@ def _end(
     return Ended(worker, notes, registry, GRACE + 1.5)
 
 
+@machine_wide
 @pytest.mark.usefixtures("graced")
 def test_each_exo_runner_ends_at_the_first_step_it_can_take(
     start_worker: StartWorker, notes: Path, isolated_environment: Path
@@ -81,6 +85,7 @@ def test_each_exo_runner_ends_at_the_first_step_it_can_take(
     assert after is not None and BUSY_WAIT <= after < BUSY_WAIT + 1.0, after
 
 
+@machine_wide
 @pytest.mark.usefixtures("graced")
 def test_a_load_that_ends_within_the_window_takes_the_shutdown_after_it(
     start_worker: StartWorker,
@@ -111,6 +116,7 @@ def test_every_byte_on_the_runners_pipes_to_its_watchdog_means_one_thing() -> No
     assert len(set(news)) == len(news), news
 
 
+@machine_wide
 @pytest.mark.usefixtures("graced")
 def test_sigterm_from_a_live_worker_asks_an_exo_runner_for_its_own_shutdown(
     start_worker: StartWorker, notes: Path, isolated_environment: Path
@@ -136,6 +142,7 @@ def read_events(notes: Path, runner: ProcessIdentity) -> list[str]:
     return [str(note["event"]) for note in read_notes(notes, runner.pid)]
 
 
+@machine_wide
 @pytest.mark.usefixtures("graced")
 def test_a_worker_that_dies_after_its_sigterm_leaves_the_ending_to_the_clean_one(
     start_worker: StartWorker, notes: Path, isolated_environment: Path

@@ -42,7 +42,13 @@ from tests.helpers.exo_trees import (
 )
 from tests.helpers.exo_trees import versions as exo_versions
 
-pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
+# A guarded exo runner sweeps the machine before its first task (and exo's own tests
+# start one): only inside scripts/confined's pid namespace.
+pytestmark = [
+    pytest.mark.exo,
+    pytest.mark.machine_wide,
+    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
+]
 versions = exo_versions()
 
 SUPERVISOR_AND_PLAN = [

@@ -33,7 +33,12 @@ from exo_orphan_guard.watch.handover import HANDOVER_SECONDS
 from tests.helpers.exo_trees import COMMITS, SUPPORT, exo_tree, exo_venv, exo_worker
 from tests.test_exo_integration import ending_of
 
-pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
+# A guarded exo runner sweeps the machine before its first task: confined only.
+pytestmark = [
+    pytest.mark.exo,
+    pytest.mark.machine_wide,
+    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
+]
 
 Doing = Literal["idle", "decode", "load", "eval", "gil"]
 EXPECTED: dict[Doing, tuple[endings.How, endings.Step]] = {
