@@ -42,14 +42,20 @@ T = TypeVar("T")
 Event = Literal["busy", "begun", "ended", "watchdog"]
 Gil = Literal["held", "free"]
 How = Literal["clean", "killed"]
-By = Literal["watchdog", "watch", "sweep", "exec"]
-Step = Literal["shutdown", "worker_gone", "exit", "busy_wait", "grace", "at_once"]
+By = Literal["watchdog", "watch", "sweep", "exec", "guardian"]
+BYS: Final[tuple[By, ...]] = get_args(By)
+Step = Literal["shutdown", "worker_gone", "exit", "interrupt", "busy_wait", "grace", "at_once"]
 """`ended` only: which step of the ending ended the runner. `shutdown`: its program's
 own Shutdown, handed to it on its task stream (exo's runners); `worker_gone`: the
-`WorkerGone` raised on its main thread; `exit`: it exited with neither; `busy_wait`:
-killed, its main thread still in native code; `grace`: killed, its clean ending over
-the grace; `at_once`: killed at once (no clean ending)."""
+`WorkerGone` raised on its main thread; `exit`: it exited with neither; `interrupt`:
+it exited through Python after a SIGINT from outside (a sweep's or the guardian's);
+`busy_wait`: killed, its main thread still in native code; `grace`: killed, its clean
+ending over the grace; `at_once`: killed at once (no clean ending)."""
 STEPS: Final[tuple[Step, ...]] = get_args(Step)
+EndSignal = Literal["SIGINT", "SIGTERM", "SIGKILL"]
+"""`ended` only: the last signal sent from outside before the runner was gone (None:
+it ended with no signal sent)."""
+END_SIGNALS: Final[tuple[EndSignal, ...]] = get_args(EndSignal)
 
 
 @final
@@ -78,6 +84,8 @@ class Ending:
     """`busy` only: seconds from the notice (`at`) until it is killed unless it returns."""
     step: Step | None = None
     """`ended` only, where known: which step of the ending ended the runner."""
+    signal: EndSignal | None = None
+    """`ended` only, by a sweep or the guardian: the signal that ended it."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -103,6 +111,8 @@ class Ending:
             document["busy_wait_s"] = self.busy_wait
         if self.step is not None:
             document["step"] = self.step
+        if self.signal is not None:
+            document["signal"] = self.signal
         line = json.dumps(document, sort_keys=True).encode() + b"\n"
         if len(line) > _MAX_LINE_BYTES:  # one write stays atomic: drop what makes it long
             return replace(self, labels={}, why=self.why[:200]).to_line()
@@ -185,7 +195,7 @@ def parse_line(line: bytes) -> Ending | None:
         fields.get("schema") != SCHEMA
         or event not in ("busy", "begun", "ended", "watchdog")
         or how not in ("clean", "killed", None)
-        or by not in ("watchdog", "watch", "sweep", "exec")
+        or by not in BYS
         or not _is_int(pid)
         or not _is_number(started)
         or not isinstance(boot_id, str)
@@ -207,6 +217,7 @@ def parse_line(line: bytes) -> Ending | None:
         gil=gil if (gil := fields.get("gil")) in ("held", "free") else None,
         busy_wait=_number_or(fields.get("busy_wait_s"), None),
         step=step if (step := fields.get("step")) in STEPS else None,
+        signal=sent if (sent := fields.get("signal")) in END_SIGNALS else None,
     )
 
 
