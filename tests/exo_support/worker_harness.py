@@ -19,7 +19,8 @@ forwards, it prints one JSON line::
 
     {"event": "runner-idle", "worker_pid": ..., "runner_pid": ..., ...}
 
-and keeps running until killed. If the runner fails, dies, or is not idle
+and keeps running until killed (with EOG_HARNESS_STALL_ON_SIGUSR2 set, SIGUSR2 makes
+it stop reading the runner's events: main only). If the runner fails, dies, or is not idle
 within ``--timeout`` seconds, it prints ``{"event": "error", ...}``, lets the
 supervisor stop the runner, and exits 1. If the runner dies after being idle it
 prints ``{"event": "runner-died", ...}`` and exits 2.
@@ -115,6 +116,23 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+STALL_ENV = "EOG_HARNESS_STALL_ON_SIGUSR2"
+
+
+def stall_events_on_sigusr2(supervisor: Any) -> None:
+    """With STALL_ENV set, SIGUSR2 makes this worker stop reading its runner's events
+    for good, as a hung worker does (its process, and so every lock it shares with the
+    runner, left running): a thread takes the event queue's reader lock and keeps it,
+    so exo's supervisor never reads again and the runner's event pipe fills."""
+    import threading
+
+    def stall(signum: int, frame: object) -> None:
+        lock = supervisor._ev_recv._state.buffer._rlock
+        threading.Thread(target=lock.acquire, name="stall-events", daemon=True).start()
+
+    signal.signal(signal.SIGUSR2, stall)
+
+
 async def run_runner(args: argparse.Namespace, started: float, scratch: Path) -> int:
     import anyio
     from exo.shared.types.events import Event, RunnerStatusUpdated
@@ -163,6 +181,9 @@ async def run_runner(args: argparse.Namespace, started: float, scratch: Path) ->
             "scratch": str(scratch),
             **extra,
         }
+
+    if os.environ.get(STALL_ENV):
+        stall_events_on_sigusr2(supervisor)
 
     outcome: dict[str, Any] = {}
 

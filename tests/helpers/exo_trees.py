@@ -138,7 +138,9 @@ def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
     return venv
 
 
-def exo_environment(scratch: Path, *, guard: bool) -> dict[str, str]:
+def exo_environment(scratch: Path, *, guard: bool | None) -> dict[str, str]:
+    """exo's environment in `scratch`; the guard's toggle on or off, or with `guard`
+    None not set at all (an exo that has never heard of the guard)."""
     (scratch / "resources").mkdir(parents=True, exist_ok=True)
     (scratch / "dashboard").mkdir(exist_ok=True)
     (scratch / "dashboard" / "index.html").write_text("<!doctype html>\n")
@@ -149,10 +151,13 @@ def exo_environment(scratch: Path, *, guard: bool) -> dict[str, str]:
             "EXO_DASHBOARD_DIR": str(scratch / "dashboard"),
             "XDG_CACHE_HOME": str(scratch / "xdg-cache"),
             "PYTHONDONTWRITEBYTECODE": "1",
-            settings.TOGGLE_ENV: "1" if guard else "0",
             settings.DIR_ENV: str(scratch / "registry"),
         }
     )
+    if guard is None:
+        env.pop(settings.TOGGLE_ENV, None)
+    else:
+        env[settings.TOGGLE_ENV] = "1" if guard else "0"
     env.pop(settings.WORKER_ENV, None)
     # This checkout's package, whatever the shared venv cache's .pth names (another
     # checkout may have made it): PYTHONPATH comes first.
@@ -171,7 +176,7 @@ def exo_worker(
     venv: Path,
     version: str,
     *,
-    guard: bool,
+    guard: bool | None,
     grace: float | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> Generator[dict[str, Any]]:
