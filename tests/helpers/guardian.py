@@ -1,4 +1,6 @@
-"""A real guardian (`service run`) in a subprocess, and what it says."""
+"""A real guardian (`service run`) in a subprocess, and what it says; and a stand-in
+that only holds `guardian.lock` and writes `guardian.json`, as `service run` does, for
+`service status` and `doctor` to find."""
 
 from __future__ import annotations
 
@@ -19,10 +21,25 @@ from exo_orphan_guard.system import boot_id
 from exo_orphan_guard.system.identity import ProcessIdentity
 
 READY = "watching for exo processes"
-_RUN = (
-    "import sys; from exo_orphan_guard.guardian.service_run import run; "
-    "sys.exit(run(leave_when_idle='--leave-when-idle' in sys.argv))"
-)
+_SCRIPT = """
+import sys, threading, time
+from pathlib import Path
+from exo_orphan_guard import system
+from exo_orphan_guard.records import guardian_state
+from exo_orphan_guard.system.identity import current_identity
+
+directory = Path(sys.argv[1])
+with guardian_state.guardian_lock(directory) as held:
+    me = current_identity()
+    state = guardian_state.GuardianState(
+        me.pid, me.started, system.boot_id(), time.time(), "service", "0.0.test"
+    )
+    guardian_state.write_state(directory, state)
+    print("ready", flush=True)
+    threading.Event().wait(120)
+"""
+
+
 STOP_SECONDS = 10.0
 
 
@@ -31,7 +48,7 @@ class RunningGuardian:
 
     def __init__(self, env: Mapping[str, str], *arguments: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _RUN, *arguments],
+            [sys.executable, "-m", "exo_orphan_guard", "service", "run", *arguments],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -113,3 +130,19 @@ def ended_line(
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def stand_in_guardian(directory: Path) -> Generator[subprocess.Popen[str]]:
+    """Running, holding the lock, once entered; SIGKILLed on the way out (its state
+    file stays, as a killed guardian's does)."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n"
+        yield process
+    finally:
+        process.kill()
+        process.wait(timeout=10)
