@@ -71,8 +71,9 @@ def run(mode: Mode = "foreground", *, leave_when_idle: bool = False) -> int:
     stop = threading.Event()
     wake: queue.SimpleQueue[ProcessIdentity | None] = queue.SimpleQueue()
 
-    def stopping(signal_number: int, _frame: FrameType | None) -> None:
-        say(f"stopping ({signal.Signals(signal_number).name})")
+    def stopping(_signal_number: int, _frame: FrameType | None) -> None:
+        # Nothing printed here: a handler that writes to stderr while the main thread
+        # is writing to it raises "reentrant call" there.
         stop.set()
         wake.put(None)
 
@@ -108,6 +109,9 @@ class Guardian:
         self._deaths = wake
         self._leave_when_idle = leave_when_idle
         self._watched: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
+        self._exit_watches: set[ProcessIdentity] = set()
+        """exo processes with an exit watch under way: one each, however often they
+        lose and regain runners (a model unloaded, another loaded)."""
         self._claimed: set[ProcessIdentity] = set()
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
@@ -137,8 +141,9 @@ class Guardian:
                 dead = None
             if dead is not None:
                 runners = self._forget(dead)
-                say(f"exo {dead.pid} exited: ending its {len(runners)} runner(s)")
-                self._end([runner.pid for runner in runners], f"exo {dead.pid} exited")
+                if runners:
+                    say(f"exo {dead.pid} exited: ending its {len(runners)} runner(s)")
+                    self._end([runner.pid for runner in runners], f"exo {dead.pid} exited")
                 next_scan = time.monotonic()  # runners started since the last scan
                 continue
             if self._stop.is_set() or time.monotonic() < next_scan:
@@ -149,6 +154,7 @@ class Guardian:
             if self._leave_when_idle and idle_scans >= _IDLE_SCANS_BEFORE_LEAVING:
                 say("no exo process left to watch: leaving")
                 return
+        say("stopping")
 
     def _busy(self) -> bool:
         with self._lock:
@@ -164,8 +170,11 @@ class Guardian:
             new = watchlist.newly_watched(self._watched, found)
             self._watched = dict(found)
             claimed = set(self._claimed)
+            unwatched = [process for process in new if process not in self._exit_watches]
+            self._exit_watches.update(unwatched)
         for process in new:
             say(f"watching exo {process.pid} ({len(found[process])} runner(s))")
+        for process in unwatched:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
             ).start()
@@ -185,6 +194,7 @@ class Guardian:
 
     def _forget(self, process: ProcessIdentity) -> frozenset[ProcessIdentity]:
         with self._lock:
+            self._exit_watches.discard(process)
             return self._watched.pop(process, frozenset())
 
     def _end(self, candidates: Collection[int] | None, why: str) -> None:
