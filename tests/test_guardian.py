@@ -5,6 +5,7 @@ table checked. Each case has its control: without the guardian the runners live 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from exo_orphan_guard.records import handover_marker
 from exo_orphan_guard.rig import notes as runner_notes
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system.identity import ProcessIdentity, liveness
 from tests.helpers.guardian import RunningGuardian, ended_line, guardian
 from tests.helpers.processes import start_orphan
+from tests.helpers.waiting import wait_until
 
 # A guardian sweeps the machine at its start and ends any exo orphan it finds.
 pytestmark = [
@@ -52,13 +55,41 @@ def test_an_idle_runner_of_a_killed_exo_exits_through_python(
         try:
             running.watching(worker.pid)
             runners = [runner.identity for runner in worker.runners]
-            scenarios.kill_worker(worker)
-            assert _gone(runners, GONE_WITHIN), running.lines
+            killed_at = scenarios.kill_worker(worker)
+            exits = scenarios.wait_gone(runners, GONE_WITHIN)
+            assert all(at is not None for at in exits.values()), running.lines
+            # No hand-over marker: SIGINT at once, far inside the grace (10 s).
+            assert max(at - killed_at for at in exits.values() if at is not None) < 2.0
             for runner in runners:
                 assert "atexit" in _events(notes, runner), "it was killed, not unwound"
                 line = ended_line(isolated_environment, runner)
                 assert line is not None, running.lines
                 assert (line.how, line.signal, line.step) == ("clean", "SIGINT", "interrupt")
+        finally:
+            scenarios.cleanup(worker)
+
+
+def test_runners_that_hand_themselves_their_shutdown_get_the_grace_before_sigint(
+    exo_python: str, notes: Path, isolated_environment: Path
+) -> None:
+    """exo's hooks wrote the hand-over marker: the guardian leaves its runners alone
+    for the grace, so that no SIGINT cuts exo's own `Runner.shutdown` short; this
+    stand-in takes no Shutdown, so it gets the SIGINT then, and unwinds."""
+    with guardian(isolated_environment, EXO_ORPHAN_GUARD_GRACE="2") as running:
+        worker = _start(["idle"], exo_python, notes, isolated_environment)
+        try:
+            marker = handover_marker.marker_path(isolated_environment, worker.pid)
+            marker.parent.mkdir(mode=0o700, exist_ok=True)
+            marker.write_text(json.dumps({"pid": worker.pid, "at": time.time()}))
+            marker.chmod(0o600)
+            assert "hand themselves" in running.watching(worker.pid)
+            (runner,) = [runner.identity for runner in worker.runners]
+            killed_at = scenarios.kill_worker(worker)
+            gone_at = scenarios.wait_gone([runner], GONE_WITHIN)[runner]
+            assert gone_at is not None and gone_at - killed_at >= 2.0, running.lines
+            line = ended_line(isolated_environment, runner)
+            assert line is not None and (line.how, line.signal) == ("clean", "SIGINT")
+            assert wait_until(lambda: not marker.exists(), 5.0), "the marker outlived its exo"
         finally:
             scenarios.cleanup(worker)
 

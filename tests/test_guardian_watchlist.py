@@ -3,12 +3,14 @@ settings and files it reads."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from exo_orphan_guard.guardian.service_run import read_pidfile
 from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched
+from exo_orphan_guard.records import handover_marker
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import SweepOptions, decide
 from exo_orphan_guard.system import settings
@@ -89,3 +91,23 @@ def test_the_scan_interval_setting(
         monkeypatch.setenv(settings.SCAN_INTERVAL_ENV, raw)
     parsed = settings.scan_interval_setting()
     assert (parsed.value, parsed.warning is not None) == (seconds, warned)
+
+
+def test_a_hand_over_marker_counts_only_for_the_process_that_wrote_it(tmp_path: Path) -> None:
+    path = handover_marker.marker_path(tmp_path, 4242)
+    path.parent.mkdir(mode=0o700)
+    path.write_text(json.dumps({"pid": 4242, "at": 1000.0}))
+    path.chmod(0o600)
+    assert handover_marker.hands_over(tmp_path, 4242, wall_start=999.0)
+    # Written before the process now holding pid 4242 started: another process's.
+    assert not handover_marker.hands_over(tmp_path, 4242, wall_start=1100.0)
+    assert not handover_marker.hands_over(tmp_path, 4243, wall_start=999.0), "no marker"
+    path.chmod(0o666)
+    assert handover_marker.written_at(tmp_path, 4242) is None, "writable by others"
+    path.chmod(0o600)
+    for corrupt in ("{", "[]", json.dumps({"pid": 1, "at": 1000.0}), json.dumps({"pid": 4242})):
+        path.write_text(corrupt)
+        assert handover_marker.written_at(tmp_path, 4242) is None, corrupt
+    handover_marker.remove(tmp_path, 4242)
+    handover_marker.remove(tmp_path, 4242)
+    assert not path.exists()

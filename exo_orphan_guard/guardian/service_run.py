@@ -11,7 +11,9 @@ guardian:
    not seen (pidfd on Linux, kqueue on macOS, polling on the portable backend), and
    ends any orphan the scan finds (an exo killed between two scans);
 3. when a watched exo process exits, ends the runners last seen under it at once,
-   judging only them (a few milliseconds), then scans again.
+   judging only them (a few milliseconds), then scans again. An exo whose hooks hand
+   its runners their own Shutdown (`handover_marker`) has them left alone for the
+   grace first, so that no SIGINT cuts exo's own `Runner.shutdown` short.
 
 Each ending is a sweep without the registry's lock (`SweepRequest.locked`), in a
 thread of its own, so that a busy runner's wait never delays another exo's: an exo
@@ -36,6 +38,7 @@ from types import FrameType
 from typing import Final, final
 
 from .._version import __version__
+from ..records import handover_marker
 from ..records.endings import How
 from ..records.guardian_state import GuardianState, Mode, clear_state, guardian_lock, write_state
 from ..records.registry import Registry
@@ -109,6 +112,8 @@ class Guardian:
         self._deaths = wake
         self._leave_when_idle = leave_when_idle
         self._watched: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
+        self._handing_over: set[ProcessIdentity] = set()
+        """Watched exo processes whose runners hand themselves their Shutdown."""
         self._exit_watches: set[ProcessIdentity] = set()
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
@@ -140,10 +145,16 @@ class Guardian:
             except queue.Empty:
                 dead = None
             if dead is not None:
-                runners = self._forget(dead)
+                runners, handover = self._forget(dead)
                 if runners:
-                    say(f"exo {dead.pid} exited: ending its {len(runners)} runner(s)")
-                    self._end([runner.pid for runner in runners], f"exo {dead.pid} exited")
+                    first = f"the grace ({self._grace:g} s) to take their own Shutdown, then "
+                    say(
+                        f"exo {dead.pid} exited: ending its {len(runners)} runner(s): "
+                        f"{first if handover else ''}SIGINT"
+                    )
+                    pids = [runner.pid for runner in runners]
+                    self._end(pids, f"exo {dead.pid} exited", self._grace if handover else 0.0)
+                handover_marker.remove(settings.registry_dir(), dead.pid)
                 next_scan = time.monotonic()  # runners started since the last scan
                 continue
             if self._stop.is_set() or time.monotonic() < next_scan:
@@ -165,15 +176,25 @@ class Guardian:
         warnings: list[str] = []
         registry, _ = Registry.open(settings.registry_dir(), create=False)
         table, verdicts = judge(registry, _OPTIONS, warnings)
-        found = watchlist.exo_processes(table, verdicts, _named_by_pidfile(table))
+        named = _named_by_pidfile(table)
+        found = watchlist.exo_processes(table, verdicts, named)
+        starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
+        base = settings.registry_dir()
+        handing_over = {
+            process
+            for process in found
+            if process in starts and handover_marker.hands_over(base, process.pid, starts[process])
+        }
         with self._lock:
+            self._handing_over = (self._handing_over & set(found)) | handing_over
             new = watchlist.newly_watched(self._watched, found)
             self._watched = dict(found)
             claimed = set(self._claimed)
             unwatched = [process for process in new if process not in self._exit_watches]
             self._exit_watches.update(unwatched)
         for process in new:
-            say(f"watching exo {process.pid} ({len(found[process])} runner(s))")
+            handover = ", which hand themselves their Shutdown" if process in handing_over else ""
+            say(f"watching exo {process.pid} ({len(found[process])} runner(s){handover})")
         for process in unwatched:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
@@ -192,24 +213,33 @@ class Guardian:
         wait_for_exit(process, usable_waiters(process))
         self._deaths.put(process)
 
-    def _forget(self, process: ProcessIdentity) -> frozenset[ProcessIdentity]:
+    def _forget(self, process: ProcessIdentity) -> tuple[frozenset[ProcessIdentity], bool]:
+        """The runners last seen under `process`, and whether they hand themselves
+        their Shutdown; it is watched no more."""
         with self._lock:
             self._exit_watches.discard(process)
-            return self._watched.pop(process, frozenset())
+            handover = process in self._handing_over
+            self._handing_over.discard(process)
+            return self._watched.pop(process, frozenset()), handover
 
-    def _end(self, candidates: Collection[int] | None, why: str) -> None:
+    def _end(
+        self, candidates: Collection[int] | None, why: str, handover_wait: float = 0.0
+    ) -> None:
         """End what the sweep's verdicts mark among `candidates` (None: every process),
-        in a thread of its own."""
+        in a thread of its own; `handover_wait`: see `SweepRequest`."""
         if candidates is not None and not candidates:
             return
         thread = threading.Thread(
-            target=self._ending, args=(candidates, why), name="ending", daemon=True
+            target=self._ending,
+            args=(candidates, why, handover_wait),
+            name="ending",
+            daemon=True,
         )
         with self._lock:
             self._endings.append(thread)
         thread.start()
 
-    def _ending(self, candidates: Collection[int] | None, why: str) -> None:
+    def _ending(self, candidates: Collection[int] | None, why: str, handover_wait: float) -> None:
         mine: list[ProcessIdentity] = []
 
         def claim(targets: Sequence[ProcessIdentity]) -> Collection[ProcessIdentity]:
@@ -233,6 +263,7 @@ class Guardian:
             locked=False,
             candidates=None if candidates is None else frozenset(candidates),
             claim=claim,
+            handover_wait=handover_wait,
         )
         try:
             report = run_sweep(request, [], time.monotonic())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from ..records import endings
@@ -38,6 +38,25 @@ def first_steps(
         else:
             steps[verdict.process.identity] = FirstStep("SIGTERM", grace)
     return steps
+
+
+def handed_over(
+    verdicts: Sequence[Verdict],
+    targets: Collection[ProcessIdentity],
+    waits: Mapping[ProcessIdentity, float],
+) -> list[ProcessIdentity]:
+    """Targets that end by themselves if left alone: unrecorded exo runners (the
+    fingerprint rule) of a worker whose hooks hand them their Shutdown, not already
+    waited for."""
+    return [
+        verdict.process.identity
+        for verdict in verdicts
+        if verdict.action == "kill"
+        and verdict.rule == "fingerprint"
+        and verdict.process is not None
+        and verdict.process.identity in targets
+        and verdict.process.identity not in waits
+    ]
 
 
 def patience(
@@ -96,6 +115,8 @@ def wait_lines(
             why = f"the {ending.by} has begun to end it"
         elif ending is not None and ending.event == "begun":
             why = "its worker is gone and its clean ending has begun"
+        elif verdict.record is None:
+            why = "its worker's hooks hand it exo's own Shutdown"
         else:
             why = "its worker is gone and its watchdog is about to say how it ends"
         lines.append(

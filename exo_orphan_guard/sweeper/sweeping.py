@@ -74,6 +74,9 @@ class SweepRequest:
     """The only pids looked at for the fingerprint rule (`process_table.gather`)."""
     claim: Callable[[Sequence[ProcessIdentity]], Collection[ProcessIdentity]] | None = None
     """Told the targets about to be acted on; answers those this sweep may act on."""
+    handover_wait: float = 0.0
+    """Seconds an unrecorded exo runner is left alone first: its worker's hooks hand it
+    exo's own Shutdown (`handover_marker`), and a SIGINT would cut that short."""
 
 
 def sweep(
@@ -327,6 +330,9 @@ def _act(
     before = _latest_endings(registry, table.boot_id)
     waits = sweep_endings.patience(verdicts, before, began) if request.wait_for_endings else {}
     waits = {target: deadline for target, deadline in waits.items() if target in targets}
+    if request.handover_wait > 0:
+        for target in sweep_endings.handed_over(verdicts, targets, waits):
+            waits[target] = began + request.handover_wait
     steps = sweep_endings.first_steps(verdicts, request.grace, request.interrupt_wait)
     if registry is not None:
         at_once = {t: step for t, step in steps.items() if t in targets and t not in waits}
