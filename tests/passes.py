@@ -45,6 +45,7 @@ BACKEND_DEPENDENT: Final[tuple[str, ...]] = (
     "exo_orphan_guard.sweeper.killing",
     "exo_orphan_guard.sweeper.sweeping",
     "exo_orphan_guard.exo.worker",
+    "exo_orphan_guard.guardian",
     "exo_orphan_guard.rig",
     "exo_orphan_guard.tools.doctor",
     "exo_orphan_guard.tools.selftest",

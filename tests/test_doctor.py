@@ -11,12 +11,16 @@ import pytest
 
 from exo_orphan_guard.exo import patching
 from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.guardian_state import GuardianState
+from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import Verdict
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
-from exo_orphan_guard.tools import cli, doctor
+from exo_orphan_guard.tools import cli, doctor, service_status
+from exo_orphan_guard.tools.check import Check
+from tests.helpers.guardian import stand_in_guardian
 
 RUNNER = ProcessInfo(
     pid=Pid(300),
@@ -30,6 +34,14 @@ RUNNER = ProcessInfo(
     create_time=1.0,
     runs_exo=True,
 )
+GUARDIAN = service_status.GuardianFacts(
+    manager="systemd",
+    installed=Path("/h/.config/systemd/user/exo-orphan-guard.service"),
+    running=GuardianState(Pid(4242), 1.0, "b", 1_800_000_000.0, "service", "0.1.0"),
+    lock_held=True,
+    directory=Path("/r/host-a"),
+    ended=(),
+)
 HEALTHY = doctor.NodeFacts(
     toggle=settings.Parsed(True),
     patch_status=None,
@@ -42,6 +54,7 @@ HEALTHY = doctor.NodeFacts(
     verdicts=(),
     runners=(),
     stuck=(),
+    guardian=GUARDIAN,
 )
 
 
@@ -52,6 +65,7 @@ def statuses(facts: doctor.NodeFacts) -> dict[str, str]:
 def test_a_healthy_node() -> None:
     assert statuses(HEALTHY) == {
         "guard": "OK",
+        "guardian": "OK",
         "settings": "OK",
         "exo patch": "SKIP",
         "orphans": "OK",
@@ -174,3 +188,60 @@ def test_doctor_on_this_machine_names_a_bad_grace(monkeypatch: pytest.MonkeyPatc
     assert check.status == "WARN"
     assert "EXO_ORPHAN_GUARD_GRACE='abc'" in check.detail
     assert "EXO_ORPHAN_GUARD_BUSY_WAIT='2000'" in check.detail
+
+
+def _guardian_line(**changes: object) -> Check:
+    guardian = dataclasses.replace(GUARDIAN, **changes)
+    (check,) = [
+        c
+        for c in doctor.assess(dataclasses.replace(HEALTHY, guardian=guardian))
+        if c.name == "guardian"
+    ]
+    return check
+
+
+def test_the_guardian_line_says_whether_it_runs_and_what_to_run_next() -> None:
+    killed = endings.Ending(
+        "ended", Pid(7), 1.0, "b", 1.0, "guardian", "killed", 1.0, "", step="grace"
+    )
+    running = _guardian_line(ended=(killed,))
+    assert running.status == "OK" and running.next_step is None
+    assert running.detail.startswith("pid 4242 since ")
+    assert running.detail.endswith(
+        "(service mode, version 0.1.0); ended 1 runner(s) since boot: 1 killed (grace 1)"
+    )
+    assert running.figures == {
+        "installed": True,
+        "running": True,
+        "pid": 4242,
+        "ended": 1,
+        "killed": 1,
+    }
+    by_hand = _guardian_line(installed=None)
+    assert by_hand.status == "OK" and by_hand.next_step == "exo-orphan-guard service install"
+    stopped = _guardian_line(running=None, lock_held=False)
+    assert stopped.status == "WARN"
+    assert stopped.detail == (
+        "installed (/h/.config/systemd/user/exo-orphan-guard.service) but not running; "
+        "ended none since boot"
+    )
+    assert stopped.next_step == "exo-orphan-guard service status (says why, and where its log is)"
+    absent = _guardian_line(running=None, lock_held=False, installed=None)
+    assert (absent.status, absent.detail) == ("WARN", "not installed, not running")
+    assert absent.next_step == "exo-orphan-guard service install"
+    elsewhere = _guardian_line(running=None, lock_held=False, installed=None, manager=None)
+    assert elsewhere.status == "WARN" and elsewhere.next_step == "exo-orphan-guard service run"
+
+
+def test_doctor_on_this_machine_finds_a_real_guardian_and_its_stale_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    registry, _ = Registry.open(settings.registry_dir(), create=True)
+    assert registry is not None
+    with stand_in_guardian(registry.path) as guardian:
+        (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
+        assert line.status == "OK" and line.detail.startswith(f"pid {guardian.pid} since ")
+        assert line.next_step == "exo-orphan-guard service install"
+    (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
+    assert (line.status, line.detail) == ("WARN", "not installed, not running")

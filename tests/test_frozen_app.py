@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
 from .helpers.frozen import frozen_app
+from .helpers.guardian import guardian
 
 START_TIMEOUT_SECONDS = 30.0
 NOBODY = 65534
@@ -184,3 +186,25 @@ def test_unguarded_the_frozen_runner_survives_and_the_default_scan_finds_it(
     assert suspect["exe"] == str(app)
     assert suspect["argv"][:2] == [str(app), "--multiprocessing-fork"]
     assert scan.returncode == 1
+
+
+@pytest.mark.machine_wide
+def test_the_guardian_ends_an_unguarded_frozen_runner_through_python(
+    run_app: RunApp, isolated_environment: Path
+) -> None:
+    """EXO.app, which nobody can patch: the guardian outside it sees the app's main
+    process die and SIGINTs its runner, which takes it once its native call returns
+    (EINTR) and exits through Python. Without the guardian it lives on (the test
+    above)."""
+    with guardian(isolated_environment) as running:
+        app = run_app(guard=False)
+        running.watching(app.worker.pid)
+        stdout = app.process.stdout
+        assert stdout is not None
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(stdout), daemon=True)
+        reader.start()  # the runner holds the pipe once the app is dead
+        kill_app(app)
+        assert wait_gone([app.runner], 10.0)[app.runner] is not None, running.lines
+        reader.join(5.0)
+        assert f"runner {app.runner.pid} exited through Python\n" in lines, lines

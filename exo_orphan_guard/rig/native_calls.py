@@ -125,6 +125,16 @@ def loop_over_mlx() -> None:
         mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
 
 
+def wedge_in_native_code() -> None:
+    """Hold the GIL in native code that never returns, whatever comes: the notice and
+    SIGINT are blocked in this thread, as in a C++ call that retries on EINTR (MLX's
+    init): SIGINT from outside stays pending, and only SIGKILL ends it."""
+    from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL, signal.SIGINT})
+    ctypes.PyDLL(None).sleep(3600)
+
+
 def hold_the_gil_in_native_code() -> None:
     """Hold the GIL in native code that does not return to Python when the guard's
     notice comes, as a C++ call that retries on EINTR does (MLX's init): with the

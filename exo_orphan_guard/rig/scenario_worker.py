@@ -9,6 +9,7 @@ prints one JSON line describing them once they are armed, then waits to be kille
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import multiprocessing
@@ -63,6 +64,7 @@ RunnerKind = Literal[
     "exoidle",
     "exoload",
     "exoeval",
+    "wedged",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -102,7 +104,8 @@ dumpsread: the same, then waits in one `read` that only the signal's own handler
 interrupts. dumpslow: as dumpsread, its dumps stuck in a full pipe for a while after
 its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms at a
 time. maskedsleep: the same mask, one long sleep
-(`notice_blockers`). exoidle, exoload, exoeval: exo-shaped (`exo_runner`)."""
+(`notice_blockers`). exoidle, exoload, exoeval: exo-shaped (`exo_runner`). wedged:
+as gil, with SIGINT blocked too: what only SIGKILL ends."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 Watch = Literal["guard", "exo", "pr2205", "none"]
 """exo: guarded as exo's patched entrypoint guards its runners (`exo_runner`)."""
@@ -169,6 +172,9 @@ def runner_main(
         while not os.path.exists(go_file):
             time.sleep(0.005)
     note = RunnerNotes(notes)
+    if watch == "none":
+        # The probe that an unguarded runner exited through Python (unwound, not killed).
+        atexit.register(note.write, "atexit")
     if kind == "faulty":
         native_calls.break_the_watchdog()
     if slow_fork := os.environ.get(SLOW_FORK_SECONDS_ENV):
@@ -213,6 +219,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if kind in ("gil", "deaf", "faulty"):
         native_calls.hold_the_gil_in_native_code()
+    if kind == "wedged":
+        native_calls.wedge_in_native_code()
     if kind == "mlxbusy":
         native_calls.one_long_eval_after_another(note)
     if kind == "slowsink":

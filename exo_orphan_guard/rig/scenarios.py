@@ -156,7 +156,7 @@ def kill_worker(worker: StartedWorker, *, settle: bool = True, reap_after: float
     Returns the monotonic time just before the kill. `late` runners are let go after.
     A `gil` runner is given time to be inside its GIL-holding call first.
     """
-    if settle and any(runner.kind in ("gil", "deaf") for runner in worker.runners):
+    if settle and any(runner.kind in ("gil", "deaf", "wedged") for runner in worker.runners):
         time.sleep(GIL_SETTLE_SECONDS)
     killed_at = time.monotonic()
     os.kill(worker.pid, signal.SIGKILL)

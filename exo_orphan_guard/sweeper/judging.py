@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 
 from ..records.registry import LoadedRecord, Registry
 from ..system.identity import liveness
@@ -34,10 +35,14 @@ def sweep_options(
 
 
 def judge(
-    registry: Registry | None, options: SweepOptions, warnings: list[str]
+    registry: Registry | None,
+    options: SweepOptions,
+    warnings: list[str],
+    candidates: Collection[int] | None = None,
 ) -> tuple[ProcessTable, tuple[Verdict, ...]]:
     """Read the records (their problems into `warnings`), snapshot what they and
-    `options` call for, and judge each process (`verdicts.decide`)."""
+    `options` call for (`candidates`: see `process_table.gather`), and judge each
+    process (`verdicts.decide`)."""
     records: list[LoadedRecord] = []
     if registry is not None:
         records, problems = registry.load()
@@ -57,6 +62,10 @@ def judge(
         )
     }
     table = process_table.gather(
-        interesting, fingerprint=options.fingerprint, match=options.match, groups=groups
+        interesting,
+        fingerprint=options.fingerprint,
+        match=options.match,
+        groups=groups,
+        candidates=candidates,
     )
     return table, decide(table, records, options)

@@ -1,4 +1,9 @@
-"""Kill escalation: SIGTERM to each orphan and its descendants, a grace, SIGKILL, a wait.
+"""Kill escalation: a first signal to each orphan and its descendants, a wait, SIGKILL.
+
+The first step is each target's own (`FirstStep`): SIGINT and the busy wait for an
+unguarded exo runner (KeyboardInterrupt unwinds it through Python; one in native code
+takes it when its call returns), SIGTERM and the grace for the rest; a wait of 0 is
+SIGKILL at once. Each target is killed at its own deadline, not at the last one's.
 
 A guarded runner that is ending the clean way by itself (its worker gone, within its
 grace, or busy in native code within its busy wait) is waited for first, untouched:
@@ -40,10 +45,26 @@ send_signal: SignalSender = os.kill
 """The effect handler that delivers signals; tests swap it to make a survivor."""
 
 Outcome = Literal["killed", "exited", "unkillable"]
+FirstSignal = Literal["SIGINT", "SIGTERM"]
+_NUMBERS: Final[Mapping[str, int]] = {
+    "SIGINT": signal.SIGINT,
+    "SIGTERM": signal.SIGTERM,
+    "SIGKILL": signal.SIGKILL,
+}
 REBOOT_ADVICE: Final = (
     "it survived SIGKILL, stuck in the kernel; only a reboot frees its memory and RDMA resources"
 )
 _WAIT_STEP_SECONDS: Final = 0.01
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class FirstStep:
+    """What a target gets first, and how long it then has before SIGKILL."""
+
+    signal: FirstSignal
+    seconds: float
+    """0: no first signal, SIGKILL at once."""
 
 
 @final
@@ -54,26 +75,34 @@ class KillResult:
     """killed: gone after our signals; exited: gone before any was needed;
     unkillable: still there after SIGKILL."""
     signals: tuple[str, ...]
-    """SIGTERM and/or SIGKILL, as sent to the target (SIGSTOP/SIGCONT not listed)."""
+    """SIGINT or SIGTERM, and/or SIGKILL, as sent to the target (SIGSTOP/SIGCONT not
+    listed)."""
     descendants: tuple[Pid, ...]
     stuck_state: str | None = None
     left: tuple[Pid, ...] = ()
     """Survivors among the target and its descendants."""
     ended: How | None = None
     """clean: it exited by itself (a guarded runner's clean ending, the sweep's SIGTERM
-    to one included); killed: SIGKILL, or SIGTERM's default action; None: still there."""
+    to one included, or an exo runner unwound by SIGINT); killed: SIGKILL, or SIGTERM's
+    default action; None: still there."""
 
     @property
     def advice(self) -> str | None:
         return REBOOT_ADVICE if self.outcome == "unkillable" else None
+
+    @property
+    def last_signal(self) -> str | None:
+        """The signal it was gone after: the last one sent (None: none was needed)."""
+        return self.signals[-1] if self.outcome != "unkillable" and self.signals else None
 
 
 @final
 class _Family:
     """A target and every descendant found so far that it may signal."""
 
-    def __init__(self, target: ProcessIdentity) -> None:
+    def __init__(self, target: ProcessIdentity, step: FirstStep) -> None:
         self.target = target
+        self.step = step
         self.uid = system.effective_uid(target.pid)
         self.members: list[ProcessIdentity] = [target]
         self.sent: list[str] = []
@@ -102,14 +131,15 @@ class _Freezer:
 def execute(
     targets: Sequence[ProcessIdentity],
     protected: Collection[int],
-    grace: float,
+    steps: Mapping[ProcessIdentity, FirstStep],
     kill_wait: float,
     journal: FreezeJournal | None,
     patience: Mapping[ProcessIdentity, float] | None = None,
     renew: Renewal | None = None,
     stop: threading.Event | None = None,
 ) -> list[KillResult]:
-    """Kill each target and its descendants. With a `journal`, each tree is frozen
+    """End each target and its descendants: its first step (`steps`), then SIGKILL at
+    that step's deadline if anything is left. With a `journal`, each tree is frozen
     while it is read; without one nothing is ever stopped (a sweeper that died would
     leave it stopped), and the tree is read again right before SIGKILL instead.
     `patience`: targets ending by themselves, each with the `time.monotonic()` it is
@@ -120,11 +150,11 @@ def execute(
     # A target is never taken for another one's descendant, in either batch.
     reserved = {*protected, *(target.pid for target in targets)}
     at_once = [target for target in targets if target not in waiting]
-    results = _escalate(at_once, reserved, grace, kill_wait, journal)
+    results = _escalate(at_once, reserved, steps, kill_wait, journal)
     if waiting:
         left = _wait_for_clean_endings(waiting, renew, stop)
         waited = [target for target in waiting if target not in left]
-        results += _escalate(waited, reserved, grace, kill_wait, journal)
+        results += _escalate(waited, reserved, steps, kill_wait, journal)
     order = {target: index for index, target in enumerate(targets)}
     return sorted(results, key=lambda result: order[result.target])
 
@@ -132,27 +162,49 @@ def execute(
 def _escalate(
     targets: Sequence[ProcessIdentity],
     protected: Collection[int],
-    grace: float,
+    steps: Mapping[ProcessIdentity, FirstStep],
     kill_wait: float,
     journal: FreezeJournal | None,
 ) -> list[KillResult]:
     if not targets:
         return []
-    families = [_Family(target) for target in targets]
+    families = [_Family(target, steps[target]) for target in targets]
     claimed: set[int] = {target.pid for target in targets} | set(protected)
     freezer = _Freezer(journal)
     try:
         _gather(families, claimed, freezer)
-        if grace > 0:
-            _signal(families, signal.SIGTERM, "SIGTERM")
-            _signal(families, signal.SIGCONT, None)  # a stopped process acts on TERM once continued
-            _wait_until_gone(families, grace)
-            _gather(families, claimed, freezer)
-        _signal(families, signal.SIGKILL, "SIGKILL")
-        _wait_until_gone(families, kill_wait)
+        waited = [family for family in families if family.step.seconds > 0]
+        for family in waited:
+            _signal([family], _NUMBERS[family.step.signal], family.step.signal)
+        _signal(waited, signal.SIGCONT, None)  # a stopped process acts on it once continued
+        killed = [family for family in families if family.step.seconds <= 0]
+        _kill(killed, claimed, freezer)
+        began = time.monotonic()
+        while waited:
+            waited = [family for family in waited if not _gone(family)]
+            due = [f for f in waited if time.monotonic() >= began + f.step.seconds]
+            if due:
+                _kill(due, claimed, freezer)
+                killed += due
+                waited = [family for family in waited if family not in due]
+            if waited:
+                time.sleep(_WAIT_STEP_SECONDS)
+        _wait_until_gone(killed, kill_wait)
     finally:
         freezer.release()
     return [_result(family) for family in families]
+
+
+def _kill(families: Sequence[_Family], claimed: set[int], freezer: _Freezer) -> None:
+    """SIGKILL, each tree read again first (frozen, if journaled): an orphan still
+    starting up may have forked meanwhile."""
+    if families:
+        _gather(families, claimed, freezer)
+        _signal(families, signal.SIGKILL, "SIGKILL")
+
+
+def _gone(family: _Family) -> bool:
+    return all(liveness(member) == "gone" for member in family.members)
 
 
 def preview(
@@ -160,7 +212,7 @@ def preview(
 ) -> dict[Pid, tuple[Pid, ...]]:
     """What `execute` would signal besides each target (its descendants), signalling
     nothing: what `scan` and `--dry-run` list."""
-    families = [_Family(target) for target in targets]
+    families = [_Family(target, FirstStep("SIGTERM", 0.0)) for target in targets]
     _gather(families, {target.pid for target in targets} | set(protected), _Freezer(None))
     return {
         family.target.pid: tuple(member.pid for member in family.members[1:]) for family in families

@@ -126,12 +126,17 @@ def gather(
     fingerprint: bool,
     match: re.Pattern[str] | None,
     groups: Collection[int] = (),
+    candidates: Collection[int] | None = None,
 ) -> ProcessTable:
     """Snapshot `interesting` pids, plus spawn children (`fingerprint`) or processes
     whose command line matches `match`, plus members of process `groups`, plus the
-    parents of all of those."""
+    parents of all of those. `candidates`: the only pids to look at for the first two
+    (the runners the guardian saw under a worker that died), instead of every command
+    line: what `decide` then says of them is the same, in a few milliseconds."""
     wanted: set[int] = set(interesting)
-    if fingerprint or match is not None:
+    if candidates is not None:
+        wanted.update(candidates)
+    elif fingerprint or match is not None:
         wanted.update(_scan_command_lines(fingerprint, match))
     members: set[int] = set(system.group_members(groups)) if groups else set()
     wanted.update(members)

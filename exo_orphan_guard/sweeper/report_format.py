@@ -98,7 +98,7 @@ def _result_line(result: KillResult) -> str:
     signals = ", ".join(result.signals) or "no signal needed"
     match result.outcome:
         case "killed":
-            return f"killed {pid}{family} ({signals}): ended {result.ended}"
+            return f"ended {pid}{family} ({signals}): ended {result.ended} by {result.last_signal}"
         case "exited":
             return f"{pid} exited by itself{family}: ended {result.ended}"
         case "unkillable":
@@ -137,6 +137,7 @@ def _result(result: KillResult) -> dict[str, object]:
         "left": list(result.left),
         "advice": result.advice,
         "ended": result.ended,
+        "signal": result.last_signal,
     }
 
 

@@ -1,33 +1,82 @@
-"""What a sweep makes of endings: it waits for runners ending cleanly, says how each
-orphan it ended went, and writes that down for `doctor`.
+"""What a sweep makes of endings: which first step each target gets, it waits for
+runners ending cleanly (or being ended by another sweeper), says how each orphan it
+ended went, and writes that down for `doctor`.
 
-The first two are pure (records and endings in, deadlines and labels out); `write`
-is the one effect.
+All but `write` and `write_begun` are pure (records and endings in, steps, deadlines
+and labels out).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from ..records import endings
-from ..records.endings import Ending, How
+from ..records.endings import By, Ending, EndSignal, How, Step
 from ..system.identity import ProcessIdentity
 from ..system.settings import WEDGE_SECONDS
-from .killing import KillResult
+from .killing import FirstStep, KillResult
 from .verdicts import Verdict
+
+
+def first_steps(
+    verdicts: Sequence[Verdict], grace: float, interrupt_wait: float | None
+) -> dict[ProcessIdentity, FirstStep]:
+    """What each target gets first. An unrecorded exo runner (the fingerprint rule):
+    SIGINT, then `interrupt_wait` (the busy wait) when given, since it has no handler
+    of its own and KeyboardInterrupt unwinds it through Python, where SIGTERM's
+    default action runs none. Everything else: SIGTERM (a guarded runner's handler
+    asks for its clean ending), then the grace."""
+    steps: dict[ProcessIdentity, FirstStep] = {}
+    for verdict in verdicts:
+        if verdict.action != "kill" or verdict.process is None:
+            continue
+        if interrupt_wait is not None and verdict.rule == "fingerprint":
+            steps[verdict.process.identity] = FirstStep("SIGINT", interrupt_wait)
+        else:
+            steps[verdict.process.identity] = FirstStep("SIGTERM", grace)
+    return steps
+
+
+def handed_over(
+    verdicts: Sequence[Verdict],
+    targets: Collection[ProcessIdentity],
+    waits: Mapping[ProcessIdentity, float],
+) -> list[ProcessIdentity]:
+    """Targets that end by themselves if left alone: unrecorded exo runners (the
+    fingerprint rule) of a worker whose hooks hand them their Shutdown, not already
+    waited for."""
+    return [
+        verdict.process.identity
+        for verdict in verdicts
+        if verdict.action == "kill"
+        and verdict.rule == "fingerprint"
+        and verdict.process is not None
+        and verdict.process.identity in targets
+        and verdict.process.identity not in waits
+    ]
 
 
 def patience(
     verdicts: Sequence[Verdict], latest: Mapping[ProcessIdentity, Ending], now: float
 ) -> dict[ProcessIdentity, float]:
     """Targets to leave alone, each until its deadline (`time.monotonic()`): recorded
-    runners with a clean ending that has not ended yet."""
+    runners with a clean ending that has not ended yet, and any target another
+    sweeper (the guardian, a sweep) has begun to end, until its deadline: a second
+    SIGINT would cut short the unwinding the first one began."""
     waits: dict[ProcessIdentity, float] = {}
     for verdict in verdicts:
-        if verdict.action != "kill" or verdict.rule != "registry" or verdict.record is None:
+        if verdict.action != "kill" or verdict.process is None:
+            continue
+        ending = latest.get(verdict.process.identity)
+        if verdict.record is None and ending is not None and ending.by in ("sweep", "guardian"):
+            deadline = endings.recorded_deadline(ending, now)
+            if deadline is not None:
+                waits[verdict.process.identity] = deadline
+            continue
+        if verdict.rule != "registry" or verdict.record is None:
             continue
         target = verdict.record.record.identity
         deadline = endings.clean_deadline(
@@ -48,9 +97,9 @@ def wait_lines(
     """One line per runner waited for: which, why, and until when (local time)."""
     lines: list[str] = []
     for verdict in verdicts:
-        if verdict.record is None or verdict.record.record.identity not in waits:
+        if verdict.process is None or verdict.process.identity not in waits:
             continue
-        target = verdict.record.record.identity
+        target = verdict.process.identity
         seconds = max(0.0, waits[target] - now)
         until = time.strftime("%H:%M:%S", time.localtime(wall_now + seconds))
         labels = "".join(f" {key}={value}" for key, value in sorted(verdict.labels.items()))
@@ -62,8 +111,12 @@ def wait_lines(
                 f"{max(0.0, wall_now - ending.at):.0f} s, GIL {ending.gil or 'held or free'}"
                 f"{bound} unless it returns"
             )
+        elif ending is not None and ending.event == "begun" and ending.by in ("sweep", "guardian"):
+            why = f"the {ending.by} has begun to end it"
         elif ending is not None and ending.event == "begun":
             why = "its worker is gone and its clean ending has begun"
+        elif verdict.record is None:
+            why = "its worker's hooks hand it exo's own Shutdown"
         else:
             why = "its worker is gone and its watchdog is about to say how it ends"
         lines.append(
@@ -80,7 +133,8 @@ def with_endings(
 ) -> list[KillResult]:
     """Each result with how its target ended: what its watchdog recorded, else what
     the sweep saw. SIGTERM ends a guarded runner the clean way (its handler asks for
-    the clean ending); anyone else's default action for it is a kill."""
+    the clean ending); anyone else's default action for it is a kill. SIGINT unwinds
+    an exo runner through Python: gone without SIGKILL, it ended clean."""
     guarded = {
         verdict.record.record.identity
         for verdict in verdicts
@@ -96,12 +150,31 @@ def with_endings(
             how = recorded.how
         elif result.outcome == "exited":
             how = "clean"
-        elif "SIGKILL" in result.signals or result.target not in guarded:
+        elif "SIGKILL" in result.signals:
+            how = "killed"
+        elif "SIGINT" in result.signals:
+            how = "clean"
+        elif result.target not in guarded:
             how = "killed"
         else:
             how = "clean"
         ended.append(dataclasses.replace(result, ended=how))
     return ended
+
+
+def ended_step(signals: Sequence[str]) -> Step | None:
+    """Which step ended a target, from the signals sent to it."""
+    match tuple(signals):
+        case ("SIGINT",):
+            return "interrupt"
+        case ("SIGINT", "SIGKILL"):
+            return "busy_wait"
+        case ("SIGTERM", "SIGKILL"):
+            return "grace"
+        case ("SIGKILL",):
+            return "at_once"
+        case _:
+            return None
 
 
 def write(
@@ -110,15 +183,19 @@ def write(
     latest: Mapping[ProcessIdentity, Ending],
     boot_id: str,
     began: float,
+    by: By = "sweep",
 ) -> None:
     """A line for each target the sweep itself ended (signals sent, none recorded)."""
     for result in results:
         recorded = latest.get(result.target)
-        if result.ended is None or not result.signals:
+        last = result.last_signal
+        if result.ended is None or last is None:
             continue
         if recorded is not None and recorded.event == "ended":
             continue
-        why = "the sweep's SIGKILL" if "SIGKILL" in result.signals else "the sweep's SIGTERM"
+        sent: EndSignal = (
+            "SIGKILL" if last == "SIGKILL" else "SIGINT" if last == "SIGINT" else "SIGTERM"
+        )
         endings.append(
             path,
             Ending(
@@ -127,9 +204,39 @@ def write(
                 started=result.target.started,
                 boot_id=boot_id,
                 at=time.time(),
-                by="sweep",
+                by=by,
                 how=result.ended,
                 after_seconds=time.monotonic() - began,
-                why=why,
+                why=f"the {by}'s {sent}",
+                step=ended_step(result.signals),
+                signal=sent,
+            ),
+        )
+
+
+def write_begun(
+    path: Path,
+    steps: Mapping[ProcessIdentity, FirstStep],
+    boot_id: str,
+    by: By,
+) -> None:
+    """A `begun` line for each target about to get SIGINT, with the deadline of its
+    wait: another sweeper that finds it meanwhile waits for it instead of signalling
+    it again (`patience`)."""
+    now = time.monotonic()
+    for target, step in steps.items():
+        if step.signal != "SIGINT" or step.seconds <= 0:
+            continue
+        endings.append(
+            path,
+            Ending(
+                event="begun",
+                pid=target.pid,
+                started=target.started,
+                boot_id=boot_id,
+                at=time.time(),
+                by=by,
+                why=f"the {by}'s SIGINT; SIGKILL at the deadline if it is still there",
+                deadline=now + step.seconds,
             ),
         )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Final, ParamSpec, final
 
 from ..records import endings
+from ..records.endings import By
 from ..records.freeze_journal import FreezeJournal, thaw_abandoned
 from ..records.registry import LockUnavailableError, Registry
 from ..system import settings
@@ -60,6 +61,22 @@ class SweepRequest:
     stop: threading.Event | None = None
     """Once set, the sweep waits no more: not for the lock, nor for a runner ending
     by itself (left to its watchdog)."""
+    interrupt_wait: float | None = None
+    """Seconds an unrecorded exo runner has after SIGINT before SIGKILL; None: it gets
+    SIGTERM and the grace (the sweeps inside exo's worker, until the series moves
+    its bounds outside)."""
+    by: By = "sweep"
+    """Who its endings lines name."""
+    locked: bool = True
+    """False (the guardian's endings): no registry lock, no freezing, no record
+    removed; targets another sweeper has begun to end are waited for, not signalled."""
+    candidates: Collection[int] | None = None
+    """The only pids looked at for the fingerprint rule (`process_table.gather`)."""
+    claim: Callable[[Sequence[ProcessIdentity]], Collection[ProcessIdentity]] | None = None
+    """Told the targets about to be acted on; answers those this sweep may act on."""
+    handover_wait: float = 0.0
+    """Seconds an unrecorded exo runner is left alone first: its worker's hooks hand it
+    exo's own Shutdown (`handover_marker`), and a SIGINT would cut that short."""
 
 
 def sweep(
@@ -76,6 +93,7 @@ def sweep(
     on_wait: Callable[[str], None] | None = None,
     wait_for_endings: bool = True,
     stop: threading.Event | None = None,
+    interrupt: bool = False,
 ) -> SweepReport:
     """Kill runners whose worker is dead; spare everything else.
 
@@ -93,6 +111,9 @@ def sweep(
     all); `on_wait` gets one line for each wait, saying which, why and until when.
     `stop`, set from another thread, ends every wait: for the lock (nothing done), for
     a runner ending by itself (left to its watchdog, in `left_to_end`).
+    `interrupt`: an unrecorded exo runner gets SIGINT instead of SIGTERM, and the busy
+    wait (EXO_ORPHAN_GUARD_BUSY_WAIT; with `wait_for_endings=False`, the grace) to
+    exit before SIGKILL.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -105,6 +126,12 @@ def sweep(
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
+    interrupt_wait: float | None = None
+    if interrupt:
+        busy = settings.busy_wait_setting()
+        if busy.warning is not None:
+            warnings.append(busy.warning)
+        interrupt_wait = settings.busy_bound(busy.value) if wait_for_endings else grace
     request = SweepRequest(
         options,
         dry_run,
@@ -115,7 +142,14 @@ def sweep(
         on_wait,
         wait_for_endings,
         stop,
+        interrupt_wait,
     )
+    return run_sweep(request, warnings, started)
+
+
+def run_sweep(request: SweepRequest, warnings: list[str], started: float) -> SweepReport:
+    """`sweep` of a request already made: each registry directory in turn."""
+    registry_dir = request.registry_dir
     if registry_dir is not None:
         return _run(request, warnings, started)
     # Also the registry from before EXO_HOME counted, while it holds anything.
@@ -156,7 +190,7 @@ def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepRep
         )
 
     if request.dry_run:
-        table, verdicts = judge(registry, request.options, warnings)
+        table, verdicts = judge(registry, request.options, warnings, request.candidates)
         targets = _targets(verdicts)
         latest = _latest_endings(registry, table.boot_id)
         return report(
@@ -167,8 +201,8 @@ def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepRep
                 target_endings={t: latest[t] for t in targets if t in latest},
             )
         )
-    if registry is None:
-        return report(_kill_orphans(None, request, warnings))
+    if registry is None or not request.locked:
+        return report(_kill_orphans(registry, request, warnings))
     try:
         with registry.locked(request.lock_timeout, request.stop) as acquired:
             if not acquired:
@@ -202,7 +236,7 @@ def _kill_orphans(
     out of reach of the tree walk)."""
     continued: list[ProcessIdentity] = []
     journal: FreezeJournal | None = None
-    if registry is not None:
+    if registry is not None and request.locked:
         continued = thaw_abandoned(registry.path)
         journal = FreezeJournal.create(registry.path, current_identity())
     verdicts: list[Verdict] = []
@@ -210,7 +244,7 @@ def _kill_orphans(
     left_to_end: list[ProcessIdentity] = []
     try:
         for _ in range(_PASSES):
-            table, judged = judge(registry, request.options, warnings)
+            table, judged = judge(registry, request.options, warnings, request.candidates)
             acted = _act(registry, table, judged, request, journal)
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
@@ -289,8 +323,22 @@ def _act(
     journal: FreezeJournal | None,
 ) -> list[KillResult]:
     began = time.monotonic()
+    targets = _targets(verdicts)
+    if request.claim is not None:
+        allowed = request.claim(targets)
+        targets = [target for target in targets if target in allowed]
     before = _latest_endings(registry, table.boot_id)
     waits = sweep_endings.patience(verdicts, before, began) if request.wait_for_endings else {}
+    waits = {target: deadline for target, deadline in waits.items() if target in targets}
+    if request.handover_wait > 0:
+        for target in sweep_endings.handed_over(verdicts, targets, waits):
+            waits[target] = began + request.handover_wait
+    steps = sweep_endings.first_steps(verdicts, request.grace, request.interrupt_wait)
+    if registry is not None:
+        at_once = {t: step for t, step in steps.items() if t in targets and t not in waits}
+        sweep_endings.write_begun(
+            registry.path / endings.ENDINGS_NAME, at_once, table.boot_id, request.by
+        )
     announce = request.on_wait
     if announce is not None:
         for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
@@ -310,9 +358,9 @@ def _act(
         return later
 
     results = killing.execute(
-        _targets(verdicts),
+        targets,
         table.protected,
-        request.grace,
+        steps,
         request.kill_wait,
         journal,
         waits,
@@ -324,7 +372,9 @@ def _act(
     results = sweep_endings.with_endings(results, verdicts, latest)
     if registry is not None:
         path = registry.path / endings.ENDINGS_NAME
-        sweep_endings.write(path, results, latest, table.boot_id, began)
+        sweep_endings.write(path, results, latest, table.boot_id, began, request.by)
+        if not request.locked:
+            return results
         endings.compact(path, table.boot_id)
         left = {result.target.pid for result in results if result.outcome == "unkillable"}
         left |= {target.pid for target in _not_acted_on(verdicts, results)}

@@ -6,6 +6,7 @@ Nothing here raises on bad input: the guard must never break exo because of a ty
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,6 +207,44 @@ def registry_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
     if env.get(DIR_ENV, "").strip() or current == former:
         return (current,)
     return (current, former)
+
+
+def exo_pidfile(environ: Mapping[str, str] | None = None, platform: str = sys.platform) -> Path:
+    """Where exo main writes `exo.pid` (its cache directory, `EXO_CACHE_HOME` in exo's
+    constants.py): `~/$EXO_HOME` when set, else `~/.exo` on macOS and
+    `$XDG_CACHE_HOME/exo` (default `~/.cache/exo`) on Linux. Read only: exo holds its
+    lock (flopen), and taking it would fail exo's next start."""
+    env = os.environ if environ is None else environ
+    exo_home = env.get(EXO_HOME_ENV)
+    if exo_home is not None:
+        return Path.home() / exo_home / "exo.pid"
+    if platform == "darwin":
+        return Path.home() / ".exo" / "exo.pid"
+    cache = env.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
+    return Path(cache) / "exo" / "exo.pid"
+
+
+SCAN_INTERVAL_ENV: Final = "EXO_ORPHAN_GUARD_SCAN_INTERVAL"
+DEFAULT_SCAN_INTERVAL_SECONDS: Final = 2.0
+"""How often the guardian looks for new exo processes and runners (docs/benchmarks.md
+has what a scan costs at 2,000 processes)."""
+
+
+def scan_interval_setting() -> Parsed[float]:
+    raw = os.environ.get(SCAN_INTERVAL_ENV)
+    if raw is None or not raw.strip():
+        return Parsed(DEFAULT_SCAN_INTERVAL_SECONDS)
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0.1 <= seconds <= 600.0:
+        return Parsed(
+            DEFAULT_SCAN_INTERVAL_SECONDS,
+            f"{SCAN_INTERVAL_ENV}={raw!r} is not a number of seconds in 0.1..600: "
+            f"using {DEFAULT_SCAN_INTERVAL_SECONDS:g}",
+        )
+    return Parsed(seconds)
 
 
 def guard_enabled() -> Parsed[bool]:

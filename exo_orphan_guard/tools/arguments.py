@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Final, NoReturn, final
 
 from .._version import __version__
+from ..records.guardian_state import MODES
 from ..system import settings
 
 
@@ -141,6 +142,56 @@ def _selftest_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--json", action="store_true", help="one JSON object, for a bug report")
 
 
+def _service_arguments(command: argparse.ArgumentParser) -> None:
+    actions = command.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    run = actions.add_parser(
+        "run",
+        help="the guardian itself, until stopped",
+        description="End the runners of every exo process of this user that dies, from "
+        "outside exo, until stopped. One per user per machine: a second waits for the "
+        "first to let go.",
+    )
+    run.add_argument(
+        "--mode",
+        choices=MODES,
+        default="foreground",
+        help="who started it: launchd or systemd (service), exo's worker (worker), or by "
+        "hand (foreground, the default)",
+    )
+    run.add_argument(
+        "--leave-when-idle",
+        action="store_true",
+        help="exit once no exo process of this user is left",
+    )
+    install = actions.add_parser(
+        "install",
+        help="have launchd (macOS) or systemd (Linux) keep the guardian running",
+        description="Write a LaunchAgent (~/Library/LaunchAgents) or a systemd user unit "
+        "(~/.config/systemd/user) that runs `service run --mode service`, with EXO_HOME and "
+        "the EXO_ORPHAN_GUARD_* settings set here written into it, then load and start it. "
+        "Exit codes: 0 installed and running (or already), 1 not done (one line says why: "
+        "no launchctl or systemctl, no user session, a command that failed).",
+    )
+    install.add_argument(
+        "--print",
+        dest="print_only",
+        action="store_true",
+        help="print the file and the commands; change nothing",
+    )
+    actions.add_parser(
+        "uninstall",
+        help="stop the guardian's service and remove its file",
+        description="Exit codes: 0 uninstalled (or nothing installed), 1 not done (one "
+        "line says why).",
+    )
+    status = actions.add_parser(
+        "status",
+        help="installed or not, running or not, and what it has ended since boot",
+        description="Exit codes: 0 the guardian runs, 1 it does not.",
+    )
+    status.add_argument("--json", action="store_true")
+
+
 _COMMANDS: Final[
     tuple[tuple[str, str, str | None, Callable[[argparse.ArgumentParser], None]], ...]
 ] = (
@@ -187,6 +238,13 @@ _COMMANDS: Final[
         _exec_arguments,
     ),
     ("selftest", "prove the parent watch on this machine", None, _selftest_arguments),
+    (
+        "service",
+        "the guardian: run it, or have launchd or systemd keep it running",
+        "The guardian: one process per user per machine that ends the runners of any exo "
+        "process of that user that dies. Exit codes: see each subcommand's --help.",
+        _service_arguments,
+    ),
 )
 """Each subcommand: its name, its line in `--help`, its own help's description (exit
 codes), and what adds its arguments."""

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, NoReturn
 
+from ..records.guardian_state import Mode
 from ..system import settings
 from .arguments import UsageError, build_parser, forwarded_words
 
@@ -57,6 +58,8 @@ def _dispatch(arguments: argparse.Namespace) -> int:
             return _selftest(arguments)
         case "exec":
             return _exec(arguments)
+        case "service":
+            return _service(arguments)
         case _:
             raise UsageError(f"unknown command {command!r}")
 
@@ -82,6 +85,7 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
             all_users=arguments.all_users,
             wait_for_endings=not now,
             on_wait=_say_on_stderr,
+            interrupt=True,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
@@ -198,6 +202,23 @@ def _selftest(arguments: argparse.Namespace) -> int:
     print()
     print(selftest.render(results))
     return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
+
+
+def _service(arguments: argparse.Namespace) -> int:
+    action: str = arguments.action
+    if action == "run":
+        from ..guardian import service_run
+
+        mode: Mode = arguments.mode
+        return service_run.run(mode, leave_when_idle=arguments.leave_when_idle)
+    from . import service
+
+    context = service.here()
+    if action == "install":
+        return service.install(context, print_only=arguments.print_only)
+    if action == "uninstall":
+        return service.uninstall(context)
+    return service.status(context, as_json=arguments.json)
 
 
 def entry_point() -> NoReturn:

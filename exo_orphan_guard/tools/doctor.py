@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from ..sweeper.process_table import ProcessInfo
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.process_facts import WiredMemory
-from . import bounds_check, hard_kills, rdma_ports, stranded_memory
+from . import bounds_check, hard_kills, rdma_ports, service_files, service_status, stranded_memory
 from .check import Check
 
 QUEUE_PAIRS_PER_DEVICE: Final = 10
@@ -51,6 +52,7 @@ class NodeFacts:
     stuck: tuple[tuple[int, str], ...]
     """(pid, state) of runners or orphans stuck in uninterruptible wait, and of this
     user's processes listed with their details vanished (exiting or stuck: `?`)."""
+    guardian: service_status.GuardianFacts
     wired: WiredMemory | str | None = None
     """macOS's wired memory beside live footprints; a string: why it could not be
     read; None: not macOS."""
@@ -90,6 +92,19 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         for pid in sorted(suspects | exiting | {runner.pid for runner in runners})
         if (state := system.stuck_state(pid) or ("?" if pid in exiting else None)) is not None
     )
+    seen = (
+        ()
+        if registry is None
+        else tuple(endings.read(registry.path / endings.ENDINGS_NAME, table.boot_id))
+    )
+    manager = service_files.manager_for(sys.platform)
+    guardian = service_status.read(
+        manager,
+        service_status.installed_here(manager, Path.home(), os.environ),
+        None if registry is None else registry.path,
+        table.boot_id,
+        seen,
+    )
     return NodeFacts(
         toggle=settings.guard_enabled(),
         patch_status=patch_status,
@@ -102,11 +117,10 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         verdicts=verdicts,
         runners=runners,
         stuck=stuck,
+        guardian=guardian,
         wired=stranded_memory.measure(),
         rdma=rdma_ports.read_devinfo(),
-        endings=()
-        if registry is None
-        else tuple(endings.read(registry.path / endings.ENDINGS_NAME, table.boot_id)),
+        endings=seen,
         grace=settings.grace_setting(),
         busy_wait=settings.busy_wait_setting(),
     )
@@ -115,6 +129,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
 def assess(facts: NodeFacts) -> list[Check]:
     return [
         _guard(facts),
+        service_status.check(facts.guardian),
         bounds_check.settings_check(facts.grace, facts.busy_wait),
         _patch(facts),
         _orphans(facts),

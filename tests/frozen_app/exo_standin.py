@@ -13,6 +13,7 @@ public names (loaded lazily: the package's PyInstaller hook must have bundled th
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import multiprocessing
 import os
@@ -24,6 +25,8 @@ def runner() -> None:
     import exo_orphan_guard
 
     exo_orphan_guard.guard_runner(runner_id="frozen-runner", instance_id="frozen-instance")
+    # Seen on the app's stdout only if the runner exits through Python, not by a kill.
+    atexit.register(print, f"runner {os.getpid()} exited through Python", flush=True)
     print(f"runner {os.getpid()} ready", flush=True)
     # Hold the GIL in native code, as mx.distributed.init() does: no Python thread of
     # this runner can run until it returns.

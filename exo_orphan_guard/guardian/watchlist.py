@@ -1,0 +1,66 @@
+"""Which exo processes the guardian watches, decided from a sweep's snapshot and
+verdicts: pure, so that every rule is tested on made-up tables.
+
+An exo process is any live process of this user that is the parent of exo spawn
+children (`ProcessInfo.runs_exo`: the frozen app's `exo`, or a Python whose
+environment has exo) that no rule marks for ending: its runners. exo's resource
+tracker and `macmon` run without `--multiprocessing-fork`, so they are never runners.
+exo's pidfile (exo main) names the process even before it has runners.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from ..sweeper.process_table import ProcessInfo, ProcessTable
+from ..sweeper.verdicts import Verdict
+from ..system.identity import ProcessIdentity
+from ..system.process_facts import Pid
+
+Watched = Mapping[ProcessIdentity, frozenset[ProcessIdentity]]
+"""Each exo process watched, and the runners last seen under it."""
+_NO_RUNNERS: Final[frozenset[ProcessIdentity]] = frozenset()
+
+
+def exo_processes(
+    table: ProcessTable, verdicts: Sequence[Verdict], named: Iterable[ProcessInfo] = ()
+) -> dict[ProcessIdentity, frozenset[ProcessIdentity]]:
+    """Live exo processes of the table's user with their runners; `named`: processes
+    exo's pidfile names, watched with whatever runners they have (none yet, maybe).
+    Never the guardian's own family, pid 1, or a process a verdict would end."""
+    ending = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
+    found: dict[ProcessIdentity, set[ProcessIdentity]] = {}
+    for info in table.processes.values():
+        if not _may_watch(info, table) or not info.is_spawn_child or not info.runs_exo:
+            continue
+        if info.pid in ending:
+            continue
+        parent = table.processes.get(Pid(info.ppid))
+        if parent is None or not _may_watch(parent, table) or parent.pid in ending:
+            continue
+        found.setdefault(parent.identity, set()).add(info.identity)
+    for info in named:
+        if _may_watch(info, table) and info.pid not in ending:
+            found.setdefault(info.identity, set())
+    return {process: frozenset(runners) for process, runners in found.items()}
+
+
+def _may_watch(info: ProcessInfo, table: ProcessTable) -> bool:
+    return (
+        info.pid > 1
+        and not info.exited
+        and not info.vanished
+        and info.uid == table.uid
+        and info.pid not in table.protected
+        and not info.is_guard
+    )
+
+
+def newly_watched(before: Watched, now: Watched) -> list[ProcessIdentity]:
+    """exo processes in `now` that `before` did not watch: each needs an exit watch."""
+    return [process for process in now if process not in before]
+
+
+def runners_of(watched: Watched, process: ProcessIdentity) -> frozenset[ProcessIdentity]:
+    return watched.get(process, _NO_RUNNERS)

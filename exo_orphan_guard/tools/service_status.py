@@ -1,0 +1,203 @@
+"""What `service status` and `doctor`'s `guardian` line say: whether the guardian is
+installed, whether it runs, and what it has ended since boot.
+
+It runs when `guardian.json` in the registry's host directory names a live process of
+this boot (`guardian_state.running`: pid and start, never the pid alone); its lock
+alone, held without a state file, is a guardian starting, not one running yet.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, final
+
+from ..records import guardian_state
+from ..records.endings import Ending
+from ..records.guardian_state import GuardianState
+from .check import Check
+from .service_control import FileState, Job
+from .service_files import Manager, file_path
+
+NAME: Final = "guardian"
+INSTALL: Final = "exo-orphan-guard service install"
+STATUS: Final = "exo-orphan-guard service status"
+SCHEMA: Final = "exo-orphan-guard/service-status/1"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class GuardianFacts:
+    manager: Manager | None
+    """None: this OS has neither launchd nor systemd."""
+    installed: Path | None
+    """The LaunchAgent or unit file, if there is one."""
+    running: GuardianState | None
+    lock_held: bool | None
+    directory: Path | None
+    """The registry's host directory, where the guardian keeps its lock and state."""
+    ended: tuple[Ending, ...]
+    """The guardian's own `ended` lines since boot, one per runner."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """`service status`: the facts, and what the service manager says."""
+
+    facts: GuardianFacts
+    file_state: FileState
+    job: Job | None
+    job_problem: str | None
+    """Why the manager could not be asked (its tool missing, no user session)."""
+    logs: str | None
+    """Where the installed guardian's output goes."""
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.facts.running is not None else 1
+
+
+def read(
+    manager: Manager | None,
+    installed: Path | None,
+    directory: Path | None,
+    boot_id: str,
+    seen: Sequence[Ending],
+) -> GuardianFacts:
+    """The facts, from this boot's endings (`seen`) and the files in `directory`."""
+    return GuardianFacts(
+        manager=manager,
+        installed=installed,
+        running=None if directory is None else guardian_state.running(directory, boot_id),
+        lock_held=False if directory is None else guardian_state.is_held(directory),
+        directory=directory,
+        ended=ended_by_guardian(seen),
+    )
+
+
+def installed_here(manager: Manager | None, home: Path, environ: Mapping[str, str]) -> Path | None:
+    """The service file `install` writes, if there is one."""
+    if manager is None:
+        return None
+    path = file_path(manager, home, environ)
+    return path if path.is_file() else None
+
+
+def ended_by_guardian(seen: Sequence[Ending]) -> tuple[Ending, ...]:
+    found = {e.identity: e for e in seen if e.event == "ended" and e.by == "guardian"}
+    return tuple(found.values())
+
+
+def endings_summary(ended: Sequence[Ending]) -> str:
+    """E.g. `3 runner(s) since boot: 2 clean (shutdown 2), 1 killed (grace 1)`."""
+    if not ended:
+        return "none since boot"
+    parts: list[str] = []
+    for how in ("clean", "killed"):
+        steps = Counter(ending.step or "step unknown" for ending in ended if ending.how == how)
+        if steps:
+            counted = ", ".join(f"{step} {count}" for step, count in sorted(steps.items()))
+            parts.append(f"{steps.total()} {how} ({counted})")
+    return f"{len(ended)} runner(s) since boot: {', '.join(parts)}"
+
+
+def check(facts: GuardianFacts) -> Check:
+    """`doctor`'s line."""
+    figures = {
+        "installed": facts.installed is not None,
+        "running": facts.running is not None,
+        "pid": None if facts.running is None else facts.running.pid,
+        "ended": len(facts.ended),
+        "killed": sum(ending.how == "killed" for ending in facts.ended),
+    }
+    ended = f"ended {endings_summary(facts.ended)}"
+    if facts.running is not None:
+        keep = None if facts.installed is not None or facts.manager is None else INSTALL
+        return Check(NAME, "OK", f"{_running(facts.running)}; {ended}", keep, figures)
+    starting = "; a process holds its lock, starting" if facts.lock_held else ""
+    if facts.installed is not None:
+        detail = f"installed ({facts.installed}) but not running{starting}; {ended}"
+        return Check(NAME, "WARN", detail, f"{STATUS} (says why, and where its log is)", figures)
+    if facts.manager is None:
+        detail = f"not running{starting}; no launchd or systemd here to keep one running"
+        return Check(NAME, "WARN", detail, "exo-orphan-guard service run", figures)
+    return Check(NAME, "WARN", f"not installed, not running{starting}", INSTALL, figures)
+
+
+def render(report: StatusReport) -> str:
+    facts = report.facts
+    lines = [f"installed: {_installed(report)}"]
+    if facts.running is not None:
+        lines.append(f"running:   yes, {_running(facts.running)}")
+    elif facts.directory is None:
+        lines.append("running:   no (no registry here yet: no guardian has run)")
+    else:
+        held = "; a process holds its lock, starting" if facts.lock_held else ""
+        state = facts.directory / guardian_state.STATE_NAME
+        lines.append(f"running:   no ({state} names no live guardian{held})")
+    lines.append(f"ended:     {endings_summary(facts.ended)}")
+    if facts.running is None:
+        advice = f"-> {INSTALL}" if facts.installed is None else f"-> its log: {report.logs}"
+        lines.append(advice if facts.manager is not None else "-> exo-orphan-guard service run")
+    return "\n".join(lines)
+
+
+def to_json(report: StatusReport) -> str:
+    facts, job, running = report.facts, report.job, report.facts.running
+    steps = Counter(f"{e.how}/{e.step}" for e in facts.ended)
+    document = {
+        "schema": SCHEMA,
+        "manager": facts.manager,
+        "file": None if facts.installed is None else str(facts.installed),
+        "installed": facts.installed is not None,
+        "file_current": report.file_state == "same",
+        "job": None if job is None else {"enabled": job.enabled, "active": job.active},
+        "job_problem": report.job_problem,
+        "running": running is not None,
+        "guardian": None
+        if running is None
+        else {
+            "pid": running.pid,
+            "since": running.since,
+            "mode": running.mode,
+            "version": running.version,
+        },
+        "lock_held": facts.lock_held,
+        "directory": None if facts.directory is None else str(facts.directory),
+        "ended": {
+            "runners": len(facts.ended),
+            "clean": sum(e.how == "clean" for e in facts.ended),
+            "killed": sum(e.how == "killed" for e in facts.ended),
+            "steps": dict(sorted(steps.items())),
+        },
+        "logs": report.logs,
+    }
+    return json.dumps(document, indent=2)
+
+
+def _running(state: GuardianState) -> str:
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.since))
+    return f"pid {state.pid} since {since} ({state.mode} mode, version {state.version})"
+
+
+def _installed(report: StatusReport) -> str:
+    facts = report.facts
+    if facts.manager is None:
+        return "no (no launchd or systemd on this system)"
+    if facts.installed is None:
+        return "no"
+    stale = report.file_state == "different"
+    again = "; not what `install` would write from here" if stale else ""
+    if report.job is None:
+        said = f"not asked: {report.job_problem}"
+    elif facts.manager == "launchd":
+        said = f"loaded in {report.job.where}" if report.job.active else "not loaded"
+    else:
+        enabled = "enabled" if report.job.enabled else "not enabled"
+        said = f"{enabled}, {'active' if report.job.active else 'inactive'}"
+    return f"yes, {facts.installed} ({said}{again})"

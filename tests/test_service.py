@@ -1,0 +1,514 @@
+"""`service install | uninstall | status`: the files from pure functions (the plist
+parsed back, the unit verified by systemd-analyze where it is here), the commands run
+through a fake launchctl and systemctl with HOME redirected, and `status` against a
+real guardian process: alive and holding its lock, then SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import plistlib
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard import system
+from exo_orphan_guard.records import endings
+from exo_orphan_guard.records.endings import Ending
+from exo_orphan_guard.records.registry import Registry
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.process_facts import Pid
+from exo_orphan_guard.tools import cli, service, service_files
+from exo_orphan_guard.tools.service_control import Command, Completed
+from exo_orphan_guard.tools.service_files import LABEL, UNIT_NAME, Manager
+from tests.helpers.guardian import stand_in_guardian
+
+UID = 501
+CLI = ("/opt/exo/bin/exo-orphan-guard",)
+ENVIRON = {
+    "EXO_HOME": ".exo-test",
+    "EXO_ORPHAN_GUARD_GRACE": "5",
+    "EXO_ORPHAN_GUARD_WORKER": "77:1.5",
+    "PATH": "/usr/bin:/bin",
+}
+PLIST = f"Library/LaunchAgents/{LABEL}.plist"
+UNIT = f".config/systemd/user/{UNIT_NAME}"
+QUERIES = ("print", "is-enabled", "is-active", "is-system-running")
+
+
+@dataclass
+class FakeManager:
+    """launchctl and systemctl as far as `service` asks and acts, answering as they do."""
+
+    home: Path
+    session: str = "running"
+    gui: bool = True
+    loaded: bool = False
+    enabled: bool = False
+    fail: str = ""
+    """A subcommand that fails as launchd fails it."""
+    calls: list[Command] = field(default_factory=list[Command])
+
+    @property
+    def changes(self) -> list[Command]:
+        return [call for call in self.calls if not set(QUERIES) & set(call)]
+
+    def __call__(self, command: Command) -> Completed:
+        self.calls.append(command)
+        if command[1] == self.fail:
+            return Completed(5, f"{self.fail} failed: 5: Input/output error")
+        if command[0] == "launchctl":
+            return self._launchctl(command[1:])
+        return self._systemctl(command[2:])
+
+    def _launchctl(self, words: tuple[str, ...]) -> Completed:
+        match words:
+            case ("print", domain) if "/" not in domain.partition("/")[2]:
+                return Completed(0 if self.gui else 113, "" if self.gui else "Could not find")
+            case ("print", _):
+                return Completed(0 if self.loaded else 113, "")
+            case ("bootstrap", _, plist) if not self.loaded and Path(plist).is_file():
+                self.loaded = True
+            case ("bootout", _) if self.loaded:
+                self.loaded = False
+            case ("enable", _):
+                pass
+            case _:
+                return Completed(5, f"{words[0]} failed: 5: Input/output error")
+        return Completed(0, "")
+
+    def _systemctl(self, words: tuple[str, ...]) -> Completed:
+        link = self.home / ".config/systemd/user/default.target.wants" / UNIT_NAME
+        match words:
+            case ("is-system-running",):
+                return Completed(0 if self.session == "running" else 1, self.session)
+            case ("is-enabled", _):
+                return Completed(0 if self.enabled else 1, "enabled" if self.enabled else "")
+            case ("is-active", _):
+                return Completed(0 if self.loaded else 3, "active" if self.loaded else "inactive")
+            case ("enable", *now, _) if (self.home / UNIT).is_file():
+                link.parent.mkdir(exist_ok=True)
+                if not link.is_symlink():
+                    link.symlink_to(self.home / UNIT)
+                self.enabled, self.loaded = True, self.loaded or bool(now)
+            case ("disable", "--now", _):
+                link.unlink()
+                self.enabled = self.loaded = False
+            case ("daemon-reload",) | ("restart", _):
+                pass
+            case _:
+                return Completed(1, f"Failed to {words[0]}: Unit file does not exist")
+        return Completed(0, "")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A home with the places a Mac and a Linux desktop have, and exo's home in it."""
+    home = tmp_path / "home"
+    for directory in ("Library/LaunchAgents", ".config/systemd/user", ".exo-test"):
+        (home / directory).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+def context_for(
+    manager: Manager,
+    fake: FakeManager,
+    environ: dict[str, str] | None = None,
+    which: Callable[[str], str | None] = lambda name: f"/usr/bin/{name}",
+) -> service.Context:
+    return service.Context(
+        manager=manager,
+        platform="darwin" if manager == "launchd" else "linux",
+        home=fake.home,
+        uid=UID,
+        environ=ENVIRON if environ is None else environ,
+        cli=CLI,
+        run=fake,
+        which=which,
+    )
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
+
+
+def test_the_launch_agent_keeps_the_guardian_running_with_its_settings(home: Path) -> None:
+    wanted = service_files.service_file("launchd", home, ENVIRON, CLI)
+    log = home / ".exo-test/orphan-guard/guardian.log"
+    assert wanted.path == home / PLIST and wanted.log == log
+    assert plistlib.loads(wanted.text.encode()) == {
+        "Label": LABEL,
+        "ProgramArguments": [*CLI, "service", "run", "--mode", "service"],
+        "RunAtLoad": True,
+        "KeepAlive": True,
+        "StandardOutPath": str(log),
+        "StandardErrorPath": str(log),
+        "EnvironmentVariables": {"EXO_HOME": ".exo-test", "EXO_ORPHAN_GUARD_GRACE": "5"},
+    }
+    assert service_files.installed_log(wanted.text) == log
+    assert service_files.installed_log("not a plist") is None
+
+
+def test_the_user_unit_restarts_the_guardian_always(home: Path) -> None:
+    wanted = service_files.service_file("systemd", home, ENVIRON, CLI)
+    assert wanted.path == home / UNIT and wanted.log is None
+    assert wanted.text == (
+        "[Unit]\n"
+        "Description=exo-orphan-guard guardian: ends the runners of exo processes that die\n"
+        "\n"
+        "[Service]\n"
+        "ExecStart=/opt/exo/bin/exo-orphan-guard service run --mode service\n"
+        'Environment="EXO_HOME=.exo-test"\n'
+        'Environment="EXO_ORPHAN_GUARD_GRACE=5"\n'
+        "Restart=always\n"
+        "RestartSec=5\n"
+        "\n"
+        "[Install]\n"
+        "WantedBy=default.target\n"
+    )
+    config = {"XDG_CONFIG_HOME": "/etc/xdg-alt"}
+    assert service_files.file_path("systemd", home, config) == Path(
+        f"/etc/xdg-alt/systemd/user/{UNIT_NAME}"
+    )
+    assert service_files.file_path("systemd", home, {"XDG_CONFIG_HOME": "rel"}) == home / UNIT
+
+
+def test_unit_words_are_escaped_as_systemd_reads_them(home: Path) -> None:
+    environ = {"EXO_HOME": 'a "b" $x 100%\\'}
+    text = service_files.user_unit(("/opt/my apps/50%/exo-orphan-guard",), tuple(environ.items()))
+    assert 'ExecStart="/opt/my apps/50%%/exo-orphan-guard" service run --mode service\n' in text
+    assert 'Environment="EXO_HOME=a \\"b\\" $x 100%%\\\\"\n' in text
+    unit = service_files.user_unit(("/venv $HOME/python", "-m", "$x"), ())
+    assert 'ExecStart="/venv $HOME/python" -m "$$x" service run --mode service\n' in unit
+
+
+def test_the_environment_passed_is_exos_home_and_the_guards_settings() -> None:
+    environ = {
+        **ENVIRON,
+        "EXO_ORPHAN_GUARD": "1",
+        "EXO_ORPHAN_GUARD_RUNNER": "9:1.0",
+        "EXO_ORPHAN_GUARDIAN": "not ours",
+        "EXO_ORPHAN_GUARD_BUSY_WAIT": "300",
+    }
+    assert service_files.passed_environment(environ) == (
+        ("EXO_HOME", ".exo-test"),
+        ("EXO_ORPHAN_GUARD", "1"),
+        ("EXO_ORPHAN_GUARD_BUSY_WAIT", "300"),
+        ("EXO_ORPHAN_GUARD_GRACE", "5"),
+    )
+
+
+def test_the_cli_is_named_by_an_absolute_path() -> None:
+    words = service_files.cli_words
+    assert words("/usr/local/bin/exo-orphan-guard", "/py", None) == (
+        "/usr/local/bin/exo-orphan-guard",
+    )
+    assert words("exo-orphan-guard", "/py", "/home/u/.local/bin/exo-orphan-guard") == (
+        "/home/u/.local/bin/exo-orphan-guard",
+    )
+    assert words(
+        "/src/exo_orphan_guard/__main__.py", "/venv/bin/python", "/x/exo-orphan-guard"
+    ) == (
+        "/venv/bin/python",
+        "-m",
+        "exo_orphan_guard",
+    )
+    assert words("exo-orphan-guard", "/venv/bin/python", None)[1:] == ("-m", "exo_orphan_guard")
+
+
+def test_launchd_install_loads_once_and_again_only_what_changed(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeManager(home)
+    target, plist = f"gui/{UID}/{LABEL}", str(home / PLIST)
+    assert service.install(context_for("launchd", fake)) == 0
+    load = [("launchctl", "enable", target), ("launchctl", "bootstrap", f"gui/{UID}", plist)]
+    assert fake.changes == load and fake.loaded
+    wanted = service_files.service_file("launchd", home, ENVIRON, CLI)
+    assert (home / PLIST).read_text() == wanted.text
+    assert (home / PLIST).stat().st_mode & 0o777 == 0o644
+    assert (home / ".exo-test/orphan-guard").stat().st_mode & 0o777 == 0o700
+    said = capsys.readouterr().out
+    assert "EXO_HOME=.exo-test, EXO_ORPHAN_GUARD_GRACE=5" in said
+    assert f"its log: {wanted.log}" in said
+
+    written = (home / PLIST).stat().st_mtime_ns
+    assert service.install(context_for("launchd", fake)) == 0
+    assert fake.changes == load and (home / PLIST).stat().st_mtime_ns == written
+    assert (
+        capsys.readouterr().out
+        == f"already installed and running: {home / PLIST} (nothing to do)\n"
+    )
+
+    changed = {**ENVIRON, "EXO_ORPHAN_GUARD_GRACE": "7"}
+    assert service.install(context_for("launchd", fake, changed)) == 0
+    assert fake.changes == [*load, ("launchctl", "bootout", target), *load]
+    agent = plistlib.loads((home / PLIST).read_bytes())
+    assert agent["EnvironmentVariables"]["EXO_ORPHAN_GUARD_GRACE"] == "7"
+
+
+def test_launchd_without_a_gui_session_uses_the_user_domain(home: Path) -> None:
+    fake = FakeManager(home, gui=False)
+    assert service.install(context_for("launchd", fake)) == 0
+    assert fake.changes[-1] == ("launchctl", "bootstrap", f"user/{UID}", str(home / PLIST))
+
+
+@pytest.mark.parametrize("manager", ["launchd", "systemd"])
+def test_uninstall_leaves_nothing_behind_and_is_idempotent(
+    home: Path, manager: Manager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(home)
+    fake = FakeManager(home)
+    assert service.install(context_for(manager, fake)) == 0
+    if manager == "launchd":
+        (home / ".exo-test/orphan-guard/guardian.log").write_text("what launchd kept\n")
+    installed = len(fake.changes)
+    assert service.uninstall(context_for(manager, fake)) == 0
+    assert tree(home) == before
+    assert not fake.loaded and not fake.enabled
+    stop = (
+        [("launchctl", "bootout", f"gui/{UID}/{LABEL}")]
+        if manager == "launchd"
+        else [
+            ("systemctl", "--user", "disable", "--now", UNIT_NAME),
+            ("systemctl", "--user", "daemon-reload"),
+        ]
+    )
+    assert fake.changes[installed:] == stop
+    capsys.readouterr()
+    assert service.uninstall(context_for(manager, fake)) == 0
+    assert fake.changes[installed:] == stop
+    assert capsys.readouterr().out == "not installed: nothing to do\n"
+
+
+def test_systemd_install_enables_starts_and_restarts_only_on_a_change(home: Path) -> None:
+    fake = FakeManager(home)
+    unit = ("systemctl", "--user")
+    assert service.install(context_for("systemd", fake)) == 0
+    first = [(*unit, "daemon-reload"), (*unit, "enable", "--now", UNIT_NAME)]
+    assert fake.changes == first and fake.enabled and fake.loaded
+    assert (home / UNIT).read_text() == service_files.service_file(
+        "systemd", home, ENVIRON, CLI
+    ).text
+
+    assert service.install(context_for("systemd", fake)) == 0
+    assert fake.changes == first
+
+    changed = {**ENVIRON, "EXO_ORPHAN_GUARD_BUSY_WAIT": "60"}
+    assert service.install(context_for("systemd", fake, changed)) == 0
+    again = [(*unit, "daemon-reload"), (*unit, "enable", UNIT_NAME), (*unit, "restart", UNIT_NAME)]
+    assert fake.changes == first + again
+
+    fake.loaded = False  # stopped by hand: install starts it again, and no more
+    assert service.install(context_for("systemd", fake, changed)) == 0
+    assert fake.changes == [*first, *again, (*unit, "enable", "--now", UNIT_NAME)]
+
+
+@pytest.mark.parametrize("manager", ["launchd", "systemd"])
+def test_install_print_shows_the_file_and_commands_and_changes_nothing(
+    home: Path, manager: Manager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(home)
+    fake = FakeManager(home)
+    assert service.install(context_for(manager, fake), print_only=True) == 0
+    assert fake.calls == [] and tree(home) == before
+    wanted = service_files.service_file(manager, home, ENVIRON, CLI)
+    commands = (
+        [f"launchctl enable gui/{UID}/{LABEL}", f"launchctl bootstrap gui/{UID} {wanted.path}"]
+        if manager == "launchd"
+        else ["systemctl --user daemon-reload", f"systemctl --user enable --now {UNIT_NAME}"]
+    )
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"# {wanted.path}"
+    assert "\n".join(printed[1 : 1 + len(wanted.text.splitlines())]) + "\n" == wanted.text
+    assert printed[-5:-2] == ["# then, where nothing is installed yet:", *commands]
+    assert printed[-1] == "# (--print: nothing was written or run)"
+
+
+@pytest.mark.parametrize("manager", ["launchd", "systemd"])
+def test_a_missing_launchctl_or_systemctl_is_one_line_and_changes_nothing(
+    home: Path, manager: Manager, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(home)
+    fake = FakeManager(home)
+    context = context_for(manager, fake, which=lambda name: None)
+    tool = "launchctl" if manager == "launchd" else "systemctl"
+    assert service.install(context) == 1
+    assert service.uninstall(context) == 0
+    said = capsys.readouterr()
+    assert said.out == "not installed: nothing to do\n"
+    assert said.err == (
+        f"exo-orphan-guard service install: {tool} is not on PATH; "
+        "`service install --print` shows what it would do\n"
+    )
+    assert fake.calls == [] and tree(home) == before
+    wanted = service_files.service_file(manager, home, ENVIRON, CLI)
+    wanted.path.write_text(wanted.text)
+    assert service.uninstall(context) == 1
+    said = capsys.readouterr()
+    assert said.err == f"exo-orphan-guard service uninstall: {tool} is not on PATH\n"
+    assert said.out == "" and wanted.path.read_text() == wanted.text
+    elsewhere = context_for(manager, fake, {}, which=lambda name: None)
+    assert service.status(elsewhere) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"installed: yes, {wanted.path} (not asked: {tool} is not on PATH; "
+        "not what `install` would write from here)"
+    )
+
+
+@pytest.mark.parametrize("answer", ["offline", "Failed to connect to bus: No medium found"])
+def test_systemctl_without_a_user_session_is_one_line_and_changes_nothing(
+    home: Path, answer: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = tree(home)
+    fake = FakeManager(home, session=answer)
+    assert service.install(context_for("systemd", fake)) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "exo-orphan-guard service install: systemctl --user has no user session here "
+        f"(it answers {answer!r}): log in as this user, or start one at boot with "
+        "`sudo loginctl enable-linger $USER`; `service install --print` shows what it would do"
+    )
+    assert fake.calls == [("systemctl", "--user", "is-system-running")]
+    assert tree(home) == before
+
+
+def test_a_command_that_fails_is_named_in_one_line(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeManager(home, fail="bootstrap")
+    assert service.install(context_for("launchd", fake)) == 1
+    said = capsys.readouterr()
+    assert said.err == (
+        "exo-orphan-guard service install: `launchctl bootstrap gui/501 "
+        f"{home / PLIST}` failed (exit status 5): bootstrap failed: 5: Input/output error\n"
+    )
+    assert said.out == f"wrote {home / PLIST}\nran launchctl enable gui/501/{LABEL}\n"
+
+
+def guardian_ending(pid: int, how: endings.How, step: endings.Step, by: endings.By) -> Ending:
+    return Ending(
+        "ended", Pid(pid), 1.0, system.boot_id(), time.time(), by, how, 0.5, "", step=step
+    )
+
+
+def test_status_exits_0_only_while_a_real_guardian_runs(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeManager(home)
+    context = context_for("systemd", fake)
+    registry, _ = Registry.open(settings.registry_dir(ENVIRON), create=True)
+    assert registry is not None
+    log = registry.path / endings.ENDINGS_NAME
+    seen: list[tuple[int, endings.How, endings.Step, endings.By]] = [
+        (1001, "clean", "shutdown", "guardian"),
+        (1002, "killed", "grace", "guardian"),
+        (1003, "clean", "worker_gone", "watchdog"),
+    ]
+    for pid, how, step, by in seen:
+        assert endings.append(log, guardian_ending(pid, how, step, by))
+    assert service.status(context) == 1
+    assert "-> exo-orphan-guard service install" in capsys.readouterr().out
+
+    assert service.install(context) == 0
+    capsys.readouterr()
+    with stand_in_guardian(registry.path) as guardian:
+        assert service.status(context) == 0
+        said = capsys.readouterr().out.splitlines()
+        assert said[0] == f"installed: yes, {home / UNIT} (enabled, active)"
+        assert said[1].startswith(f"running:   yes, pid {guardian.pid} since ")
+        assert said[1].endswith(" (service mode, version 0.0.test)")
+        assert said[2] == (
+            "ended:     2 runner(s) since boot: 1 clean (shutdown 1), 1 killed (grace 1)"
+        )
+        assert service.status(context, as_json=True) == 0
+        document = json.loads(capsys.readouterr().out)
+        assert document["running"] is True and document["lock_held"] is True
+        assert document["guardian"]["pid"] == guardian.pid
+        assert document["ended"] == {
+            "runners": 2,
+            "clean": 1,
+            "killed": 1,
+            "steps": {"clean/shutdown": 1, "killed/grace": 1},
+        }
+    # SIGKILLed: its guardian.json stays behind and names a process that is gone.
+    assert (registry.path / "guardian.json").is_file()
+    assert service.status(context) == 1
+    said = capsys.readouterr().out.splitlines()
+    assert said[1] == f"running:   no ({registry.path / 'guardian.json'} names no live guardian)"
+    assert said[3] == f"-> its log: {service.JOURNAL}"
+
+
+def test_the_cli_runs_the_guardian_with_its_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    from exo_orphan_guard.guardian import service_run
+
+    asked: list[tuple[str, bool]] = []
+
+    def run(mode: str = "foreground", *, leave_when_idle: bool = False) -> int:
+        asked.append((mode, leave_when_idle))
+        return 7
+
+    monkeypatch.setattr(service_run, "run", run)
+    assert cli.main(["service", "run", "--mode", "worker", "--leave-when-idle"]) == 7
+    assert cli.main(["service", "run"]) == 7
+    assert asked == [("worker", True), ("foreground", False)]
+    assert cli.main(["service", "run", "--mode", "daemon"]) == 2
+
+
+def test_the_cli_prints_what_install_would_write_here(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manager = service_files.manager_for(sys.platform)
+    if manager is None:
+        pytest.skip(f"no launchd or systemd on {sys.platform}")
+    assert cli.main(["service", "install", "--print"]) == 0
+    path = service_files.file_path(manager, home, os.environ)
+    assert capsys.readouterr().out.startswith(f"# {path}\n")
+    assert not path.exists()
+    assert cli.main(["service", "status", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["installed"] is False and document["running"] is False
+
+
+def test_systemd_takes_the_unit_and_its_command_runs(home: Path, tmp_path: Path) -> None:
+    """The unit as systemd parses it, with a CLI path that needs quoting and escaping;
+    then the command it starts, asked for its help (the guardian itself is not run)."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not on PATH: no systemd to check the unit against")
+    cli_path = tmp_path / "my $apps 100%" / "exo-orphan-guard"
+    cli_path.parent.mkdir()
+    cli_path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m exo_orphan_guard "$@"\n')
+    cli_path.chmod(0o755)
+    wanted = service_files.service_file("systemd", home, ENVIRON, (str(cli_path),))
+    wanted.path.write_text(wanted.text)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    environment = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "HOME": str(home)}
+    verified = subprocess.run(
+        [analyze, "--user", "verify", str(wanted.path)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+        check=False,
+    )
+    said = (verified.stdout + verified.stderr).strip()
+    if "Failed to initialize manager" in said:
+        pytest.skip(f"systemd-analyze cannot start a user manager here: {said}")
+    assert (verified.returncode, said) == (0, "")
+    helped = subprocess.run(
+        [str(cli_path), *service_files.RUN_WORDS, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert helped.returncode == 0 and "--leave-when-idle" in helped.stdout
