@@ -51,13 +51,14 @@ pytestmark = [
 Doing = Literal["idle", "eval", "decode"]
 
 IDLE_BOUND: Final = 10.0
-"""Generous: the idle runner is gone well within it (the figure is `make bench`'s)."""
+"""Generous: the idle runner was gone 0.4-1.4 s after the kill (`-s` prints it)."""
 EVAL_SECONDS: Final = 6.0
 EXIT_BOUND: Final = 10.0
 """From the eval's return to the runner gone."""
-BUSY_WAIT: Final[dict[Doing, float]] = {"idle": 30.0, "eval": 30.0, "decode": 3.0}
+BUSY_WAIT: Final[dict[Doing, float]] = {"idle": 30.0, "eval": 60.0, "decode": 3.0}
 """The guardian's busy wait: past every bound where the runner must exit through
-Python (a kill there fails the test), short where it cannot."""
+Python (a kill there fails the test), short where it cannot. The eval is sized to
+EVAL_SECONDS before it begins; on a loaded machine it has run twice as long."""
 KILL_BOUND: Final = 5.0
 """From the busy wait to the runner killed."""
 SEEN_BOUND: Final = 60.0
@@ -226,7 +227,7 @@ def test_the_guardian_ends_an_unpatched_exos_runners(
             case "idle":
                 bound = IDLE_BOUND
             case "eval":
-                returned = wait_for_note(notes, runner.pid, "eval returned", EVAL_SECONDS * 3)
+                returned = wait_for_note(notes, runner.pid, "eval returned", BUSY_WAIT["eval"])
                 bound = returned["at"] + EXIT_BOUND - time.monotonic()
             case "decode":
                 bound = BUSY_WAIT["decode"] + KILL_BOUND
@@ -272,7 +273,11 @@ def _check_ended(
     )
     ending = ending_of(registry, runner)
     after = gone - killed_at
-    print(f"\nexo {version} {doing}: gone {after:.3f} s after the worker's SIGKILL: {ending}")
+    returns = [note["at"] for note in noted if note["event"] == "eval returned"]
+    since = "".join(f" ({gone - at:.3f} s after its eval returned)" for at in returns)
+    print(
+        f"\nexo {version} {doing}: gone {after:.3f} s after the worker's SIGKILL{since}: {ending}"
+    )
     assert ending is not None, guardian.output()
     assert ending.by == "guardian", ending
     events = _events(notes, runner.pid)
