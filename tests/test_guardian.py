@@ -148,6 +148,42 @@ def test_a_wedged_runner_is_killed_at_the_busy_wait(
             scenarios.cleanup(worker)
 
 
+IGNORING_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
+"""What a non-interactive shell does to a job it starts with `&`: SIGINT ignored,
+through exec and into every runner exo spawns."""
+
+
+def test_a_runner_that_ignores_sigint_gets_sigterm_not_the_busy_wait(
+    exo_python: str, notes: Path, isolated_environment: Path
+) -> None:
+    """exo started in the background from a script: SIGINT cannot end its runners, so
+    waiting out the busy wait (here 60 s) would only delay the kill."""
+    env = {"EXO_ORPHAN_GUARD_BUSY_WAIT": "60", "EXO_ORPHAN_GUARD_GRACE": "1"}
+    with guardian(isolated_environment, **env) as running:
+        worker = scenarios.start_worker(
+            ["idle"],
+            watch="none",
+            python=exo_python,
+            notes=notes,
+            registry=isolated_environment,
+            launcher=IGNORING_SIGINT,
+        )
+        try:
+            running.watching(worker.pid)
+            (runner,) = [runner.identity for runner in worker.runners]
+            scenarios.kill_worker(worker)
+            assert _gone([runner], GONE_WITHIN), running.lines
+            line = ended_line(isolated_environment, runner)
+            assert line is not None and (line.how, line.signal) == ("killed", "SIGTERM")
+        finally:
+            scenarios.cleanup(worker)
+
+
 def test_of_two_exo_processes_only_the_killed_ones_runners_end(
     exo_python: str, notes: Path, isolated_environment: Path
 ) -> None:
