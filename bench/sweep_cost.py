@@ -44,7 +44,7 @@ def run(repetitions: int, registry: Path) -> list[LoadResult]:
     results: list[LoadResult] = []
     try:
         for load in LOADS:
-            with _UnrelatedProcesses(load):
+            with UnrelatedProcesses(load):
                 results.append(_measure(load, repetitions, registry))
                 print(f"  sweep cost: {load} unrelated processes done", flush=True)
     finally:
@@ -76,7 +76,7 @@ def _measure(load: int, repetitions: int, registry: Path) -> LoadResult:
     return LoadResult(load, len(psutil.pids()), samples)
 
 
-class _UnrelatedProcesses:
+class UnrelatedProcesses:
     def __init__(self, count: int) -> None:
         self._count = count
         self._holder: subprocess.Popen[bytes] | None = None

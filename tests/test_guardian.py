@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exo_orphan_guard.records import handover_marker
 from exo_orphan_guard.rig import notes as runner_notes
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.system.identity import ProcessIdentity, liveness
-from tests.helpers.guardian import RunningGuardian, ended_line, guardian
-from tests.helpers.processes import start_orphan
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
+from tests.helpers.guardian import RunningGuardian, ended_line, guardian, guardian_endings
+from tests.helpers.processes import NOBODY, start_orphan
 from tests.helpers.waiting import wait_until
 
 # A guardian sweeps the machine at its start and ends any exo orphan it finds.
@@ -145,6 +148,42 @@ def test_a_wedged_runner_is_killed_at_the_busy_wait(
             scenarios.cleanup(worker)
 
 
+IGNORING_SIGINT = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])",
+]
+"""What a non-interactive shell does to a job it starts with `&`: SIGINT ignored,
+through exec and into every runner exo spawns."""
+
+
+def test_a_runner_that_ignores_sigint_gets_sigterm_not_the_busy_wait(
+    exo_python: str, notes: Path, isolated_environment: Path
+) -> None:
+    """exo started in the background from a script: SIGINT cannot end its runners, so
+    waiting out the busy wait (here 60 s) would only delay the kill."""
+    env = {"EXO_ORPHAN_GUARD_BUSY_WAIT": "60", "EXO_ORPHAN_GUARD_GRACE": "1"}
+    with guardian(isolated_environment, **env) as running:
+        worker = scenarios.start_worker(
+            ["idle"],
+            watch="none",
+            python=exo_python,
+            notes=notes,
+            registry=isolated_environment,
+            launcher=IGNORING_SIGINT,
+        )
+        try:
+            running.watching(worker.pid)
+            (runner,) = [runner.identity for runner in worker.runners]
+            scenarios.kill_worker(worker)
+            assert _gone([runner], GONE_WITHIN), running.lines
+            line = ended_line(isolated_environment, runner)
+            assert line is not None and (line.how, line.signal) == ("killed", "SIGTERM")
+        finally:
+            scenarios.cleanup(worker)
+
+
 def test_of_two_exo_processes_only_the_killed_ones_runners_end(
     exo_python: str, notes: Path, isolated_environment: Path
 ) -> None:
@@ -226,3 +265,48 @@ def test_a_reparented_spawn_child_that_is_not_exos_survives_the_guardian(
         running.wait_for("start-up sweep|watching for exo")
         time.sleep(2.5)  # the start-up sweep and a scan
         assert liveness(innocent) == "alive", running.lines
+
+
+def test_another_users_exo_orphan_and_a_dead_exos_resource_tracker_are_never_signalled(
+    isolated_environment: Path,
+    planted: list[ProcessIdentity],
+    exo_python: str,
+    notes: Path,
+) -> None:
+    """Another user's orphan that looks like the frozen app's runner (its spawner is
+    gone), and multiprocessing's resource tracker of a killed exo (not a runner: it
+    leaves by itself once no runner holds its pipe)."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("starting a process as another user needs root and setpriv")
+    frozen = Path(tempfile.mkdtemp(prefix="eog-nobody-"))
+    try:
+        frozen.chmod(0o755)
+        exo = frozen / "exo"  # looks like exo's frozen app to the fingerprint
+        exo.symlink_to("/bin/sh")
+        nobody = start_orphan(
+            [str(exo), "-c", "sleep 600; :", "exo", "--multiprocessing-fork"], user=NOBODY
+        )
+        planted.append(nobody)
+        with guardian(isolated_environment) as running:
+            worker = _start(["idle"], exo_python, notes, isolated_environment)
+            try:
+                tracker = [
+                    identity
+                    for child in psutil.Process(worker.pid).children()
+                    if "resource_tracker" in " ".join(child.cmdline())
+                    for identity in [identity_of(child.pid)]
+                    if identity is not None
+                ]
+                running.watching(worker.pid)
+                scenarios.kill_worker(worker)
+                runners = [runner.identity for runner in worker.runners]
+                assert _gone(runners, GONE_WITHIN), running.lines
+                assert len(tracker) == 1 and _gone(tracker, GONE_WITHIN)
+                ended = {line.pid for line in guardian_endings(isolated_environment)}
+                assert tracker[0].pid not in ended and nobody.pid not in ended
+                time.sleep(2.5)  # a scan more
+                assert liveness(nobody) == "alive", running.lines
+            finally:
+                scenarios.cleanup(worker)
+    finally:
+        shutil.rmtree(frozen, ignore_errors=True)

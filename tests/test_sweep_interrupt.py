@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,9 @@ def test_only_unrecorded_exo_runners_get_sigint_and_the_busy_wait() -> None:
         11: FirstStep("SIGTERM", 10.0),
         12: FirstStep("SIGTERM", 10.0),
     }
+    # One that ignores SIGINT (started in the background from a script): SIGTERM.
+    deaf = Verdict(Pid(14), "kill", "why", "fingerprint", replace(proc(14), ignores_sigint=True))
+    assert [step.signal for step in first_steps([deaf], 10.0, 120.0).values()] == ["SIGTERM"]
     # Inside exo's worker (no interrupt wait): SIGTERM and the grace, as before.
     assert {s.signal for s in first_steps(verdicts, 10.0, None).values()} == {"SIGTERM"}
 

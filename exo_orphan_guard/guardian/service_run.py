@@ -32,7 +32,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Final, final
@@ -49,6 +49,7 @@ from ..sweeper.sweeping import SweepRequest, run_sweep
 from ..sweeper.verdicts import SweepOptions
 from ..system import boot_id, settings
 from ..system.identity import ProcessIdentity, current_identity
+from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
 from . import watchlist
 
@@ -63,9 +64,14 @@ def say(line: str) -> None:
     print(f"{stamp} exo-orphan-guard guardian: {line}", file=sys.stderr, flush=True)
 
 
-def run(mode: Mode = "foreground", *, leave_when_idle: bool = False) -> int:
+def run(
+    mode: Mode = "foreground", *, leave_when_idle: bool = False, watch: Sequence[int] = ()
+) -> int:
     """Guard until SIGTERM, SIGINT or SIGHUP (or, `leave_when_idle`, until no exo is
-    left to watch); 0, or 2 if the registry cannot be opened."""
+    left to watch); 0, or 2 if the registry cannot be opened. `watch`: exo processes
+    to watch before they have runners (the worker that started this guardian). Started
+    by exo's worker (`mode="worker"`), a guardian finding another one running leaves
+    at once: no supervisor restarts it, and the other one guards."""
     base = settings.registry_dir()
     registry, problem = Registry.open(base, create=True)
     if registry is None:
@@ -84,7 +90,11 @@ def run(mode: Mode = "foreground", *, leave_when_idle: bool = False) -> int:
         signal.signal(number, stopping)
 
     def waiting() -> None:
-        say(f"another guardian holds {registry.path / 'guardian.lock'}: waiting to take over")
+        if mode == "worker":
+            say(f"another guardian holds {registry.path / 'guardian.lock'}: leaving it to guard")
+            stop.set()
+        else:
+            say(f"another guardian holds {registry.path / 'guardian.lock'}: waiting to take over")
 
     with guardian_lock(registry.path, stop, waiting) as held:
         if not held:
@@ -93,7 +103,7 @@ def run(mode: Mode = "foreground", *, leave_when_idle: bool = False) -> int:
         state = GuardianState(me.pid, me.started, boot_id(), time.time(), mode, __version__)
         write_state(registry.path, state)
         try:
-            Guardian(stop, wake, leave_when_idle).guard()
+            Guardian(stop, wake, leave_when_idle, watch).guard()
         finally:
             clear_state(registry.path, state)
     say("stopped")
@@ -107,8 +117,10 @@ class Guardian:
         stop: threading.Event,
         wake: queue.SimpleQueue[ProcessIdentity | None],
         leave_when_idle: bool,
+        watch: Sequence[int] = (),
     ) -> None:
         self._stop = stop
+        self._named = tuple(watch)
         self._deaths = wake
         self._leave_when_idle = leave_when_idle
         self._watched: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
@@ -176,7 +188,7 @@ class Guardian:
         warnings: list[str] = []
         registry, _ = Registry.open(settings.registry_dir(), create=False)
         table, verdicts = judge(registry, _OPTIONS, warnings)
-        named = _named_by_pidfile(table)
+        named = _named(table, (*self._named, *_pid_in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
         base = settings.registry_dir()
@@ -284,16 +296,21 @@ def describe(result: KillResult) -> str:
     return f"runner {result.target.pid} ended {how} ({', '.join(result.signals) or by})"
 
 
-def _named_by_pidfile(table: ProcessTable) -> list[ProcessInfo]:
-    """The process exo's pidfile names, if it is listed in `table` or can be read now:
-    exo main writes one; releases and the app before it do not."""
+def _pid_in_pidfile() -> tuple[int, ...]:
+    """exo main writes one; releases and the app before it do not."""
     pid = read_pidfile(settings.exo_pidfile())
-    if pid is None:
-        return []
-    info = table.processes.get(pid)  # pyright: ignore[reportArgumentType]
-    if info is None:
-        info = gather([pid], fingerprint=False, match=None).processes.get(pid)  # pyright: ignore[reportArgumentType]
-    return [] if info is None else [info]
+    return () if pid is None else (pid,)
+
+
+def _named(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
+    """The processes named to be watched (by exo's pidfile, by `--watch`) that are
+    alive: from `table`, or read now."""
+    unlisted = [pid for pid in pids if Pid(pid) not in table.processes]
+    read: Mapping[Pid, ProcessInfo] = (
+        gather(unlisted, fingerprint=False, match=None).processes if unlisted else {}
+    )
+    found = [table.processes.get(Pid(pid)) or read.get(Pid(pid)) for pid in pids]
+    return [info for info in found if info is not None]
 
 
 def read_pidfile(path: Path) -> int | None:

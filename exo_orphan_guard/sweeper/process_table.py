@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import signal
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,9 @@ class ProcessInfo:
     """Listed, but refused as no such process when asked for its details: exiting, or
     stuck in the kernel on its way out (`ps` shows `?E`). Never gone: its status is
     EXITING, its memory and group unknown, and no signal reaches it."""
+    ignores_sigint: bool | None = None
+    """Read for exo's spawn children (Linux only; None: unknown): a runner of an exo
+    started in the background from a script inherits SIGINT ignored."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -178,7 +182,8 @@ def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
     exo = ExoExecutables()
     for info in list(processes.values()):
         if info.is_spawn_child and exo.recognises(info.argv, info.exe):
-            processes[info.pid] = dataclasses.replace(info, runs_exo=True)
+            ignores = system.ignores_signal(info.pid, signal.SIGINT)
+            processes[info.pid] = dataclasses.replace(info, runs_exo=True, ignores_sigint=ignores)
 
 
 def _read_spawn_pipes(processes: dict[Pid, ProcessInfo]) -> None:

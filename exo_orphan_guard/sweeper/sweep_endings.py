@@ -27,13 +27,16 @@ def first_steps(
     """What each target gets first. An unrecorded exo runner (the fingerprint rule):
     SIGINT, then `interrupt_wait` (the busy wait) when given, since it has no handler
     of its own and KeyboardInterrupt unwinds it through Python, where SIGTERM's
-    default action runs none. Everything else: SIGTERM (a guarded runner's handler
-    asks for its clean ending), then the grace."""
+    default action runs none; unless it ignores SIGINT (nothing then ends it the
+    clean way from outside: waiting out the busy wait would only delay the kill).
+    Everything else: SIGTERM (a guarded runner's handler asks for its clean ending),
+    then the grace."""
     steps: dict[ProcessIdentity, FirstStep] = {}
     for verdict in verdicts:
         if verdict.action != "kill" or verdict.process is None:
             continue
-        if interrupt_wait is not None and verdict.rule == "fingerprint":
+        takes_sigint = verdict.process.ignores_sigint is not True
+        if interrupt_wait is not None and verdict.rule == "fingerprint" and takes_sigint:
             steps[verdict.process.identity] = FirstStep("SIGINT", interrupt_wait)
         else:
             steps[verdict.process.identity] = FirstStep("SIGTERM", grace)

@@ -136,6 +136,14 @@ def stuck_state(pid: int) -> str | None:
 
 
 @_backed
+def ignores_signal(pid: int, signal_number: int) -> bool | None:
+    """Whether the process ignores the signal (SIG_IGN), as a runner of an exo started
+    in the background from a script ignores SIGINT; None where it cannot be read
+    (only Linux shows another process's dispositions)."""
+    raise NotImplementedError
+
+
+@_backed
 def is_stopped(pid: int) -> bool | None:
     """Whether it is stopped (SIGSTOP), as a sweep's freeze leaves it."""
     raise NotImplementedError

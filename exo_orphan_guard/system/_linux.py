@@ -115,12 +115,22 @@ def descendants(pid: int) -> list[Pid]:
 
 
 def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
+    return _signal_set_has(f"/proc/self/task/{thread}/status", b"SigBlk:", signal_number)
+
+
+def ignores_signal(pid: int, signal_number: int) -> bool | None:
+    return _signal_set_has(f"/proc/{pid}/status", b"SigIgn:", signal_number)
+
+
+def _signal_set_has(path: str, field: bytes, signal_number: int) -> bool | None:
+    """Whether the signal set `field` of a status file holds the signal; None if the
+    file (its process or thread gone) or the field cannot be read."""
     try:
-        status = _read_all(f"/proc/self/task/{thread}/status")
+        status = _read_all(path)
     except OSError:
-        return None  # that thread is gone
+        return None
     for line in status.splitlines():
-        if line.startswith(b"SigBlk:"):
+        if line.startswith(field):
             try:
                 return bool(int(line.split()[1], 16) >> (signal_number - 1) & 1)
             except (IndexError, ValueError):

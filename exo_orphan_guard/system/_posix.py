@@ -135,6 +135,11 @@ def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
     return None
 
 
+def ignores_signal(pid: int, signal_number: int) -> bool | None:
+    """Not readable through psutil (nor, on macOS, through libproc)."""
+    return None
+
+
 def close_inherited_files(lowest: int, fd_dir: str = "/dev/fd") -> None:
     """Close the open fds >= `lowest`, listed from `fd_dir`: a few close() calls instead
     of `closerange`'s one per possible number (65,535 at exo's soft limit on macOS)."""

@@ -163,6 +163,15 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit once no exo process of this user is left",
     )
+    run.add_argument(
+        "--watch",
+        metavar="PID",
+        type=int,
+        action="append",
+        default=[],
+        help="also watch this exo process before it has runners (exo's worker passes "
+        "its own pid; repeatable)",
+    )
     install = actions.add_parser(
         "install",
         help="have launchd (macOS) or systemd (Linux) keep the guardian running",

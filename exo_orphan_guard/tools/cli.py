@@ -210,7 +210,8 @@ def _service(arguments: argparse.Namespace) -> int:
         from ..guardian import service_run
 
         mode: Mode = arguments.mode
-        return service_run.run(mode, leave_when_idle=arguments.leave_when_idle)
+        watch: list[int] = arguments.watch
+        return service_run.run(mode, leave_when_idle=arguments.leave_when_idle, watch=watch)
     from . import service
 
     context = service.here()

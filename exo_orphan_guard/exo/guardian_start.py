@@ -1,0 +1,70 @@
+"""With the package installed, exo's worker makes sure a guardian runs, so that a
+source install needs no `service install`: if none of this user's runs, it starts
+one, detached (a session of its own: exo's Ctrl-C never reaches it), that watches
+this worker from the start and leaves by itself once no exo is left to watch. One
+run as a service (launchd, systemd) is left alone, and never leaves.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Final
+
+from ..records import guardian_state
+from ..records.registry import Registry
+from ..system import boot_id, settings
+
+LOG_NAME: Final = "guardian.log"
+_NOT_INHERITED: Final = (settings.WORKER_ENV, settings.RUNNER_ENV)
+
+
+def guardian_command(worker_pid: int) -> list[str]:
+    """What the worker runs: its own interpreter has the package (the extra)."""
+    return [
+        sys.executable,
+        "-m",
+        "exo_orphan_guard",
+        "service",
+        "run",
+        "--mode",
+        "worker",
+        "--leave-when-idle",
+        "--watch",
+        str(worker_pid),
+    ]
+
+
+def ensure_guardian() -> str:
+    """Start a guardian unless one of this user's runs; one line saying which."""
+    registry, problem = Registry.open(settings.registry_dir(), create=True)
+    if registry is None:
+        return f"no guardian started: {problem or 'no registry'}"
+    running = guardian_state.running(registry.path, boot_id())
+    if running is not None:
+        return f"the guardian runs (pid {running.pid}, {running.mode})"
+    if guardian_state.is_held(registry.path):
+        return "a guardian is starting"
+    pid = _start(registry.path)
+    return f"started a guardian (pid {pid}), leaving once no exo is left to watch"
+
+
+def _start(directory: Path) -> int:
+    environment = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    log = os.open(directory / LOG_NAME, flags, 0o600)
+    try:
+        process = subprocess.Popen(
+            guardian_command(os.getpid()),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=environment,
+            start_new_session=True,
+            cwd="/",
+        )
+    finally:
+        os.close(log)
+    return process.pid

@@ -1,0 +1,115 @@
+"""exo's worker, with the package installed, makes sure a guardian runs: it starts
+one, detached, if none runs, and that one leaves once no exo is left to watch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.exo.guardian_start import ensure_guardian
+from exo_orphan_guard.records import guardian_state
+from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.system import boot_id, process_group, settings
+from exo_orphan_guard.system.identity import identity_of
+from tests.helpers.waiting import wait_until
+
+# A guardian sweeps the machine at its start.
+pytestmark = pytest.mark.machine_wide
+
+
+def _running(registry: Path) -> guardian_state.GuardianState | None:
+    return guardian_state.running(host_directory(registry), boot_id())
+
+
+def test_a_worker_starts_one_guardian_detached_and_then_leaves_it_be(
+    isolated_environment: Path,
+) -> None:
+    said = ensure_guardian()
+    assert said.startswith("started a guardian"), said
+    assert wait_until(lambda: _running(isolated_environment) is not None, 15.0), said
+    state = _running(isolated_environment)
+    assert state is not None and state.mode == "worker"
+    try:
+        assert process_group(state.pid) != os.getpgrp(), "exo's Ctrl-C would reach it"
+        assert ensure_guardian() == f"the guardian runs (pid {state.pid}, worker)"
+    finally:
+        os.kill(state.pid, signal.SIGTERM)
+        identity = identity_of(state.pid)
+        if identity is not None:
+            assert scenarios.wait_gone([identity], 10.0)[identity] is not None
+
+
+_IN_A_NAMESPACE_OF_ITS_OWN = """
+import os, subprocess, sys, time
+worker = subprocess.run(
+    [sys.executable, "-c",
+     "from exo_orphan_guard.exo.guardian_start import ensure_guardian; print(ensure_guardian())"],
+    capture_output=True, text=True, check=True,
+)
+print(worker.stdout, end="", flush=True)
+pid = int(worker.stdout.split("(pid ")[1].split(")")[0])
+deadline = time.monotonic() + 15
+while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+    with open(f"/proc/{pid}/stat") as stat:
+        if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+    time.sleep(0.05)
+print("left" if time.monotonic() < deadline else "stayed", flush=True)
+"""
+
+
+def test_a_guardian_a_worker_started_leaves_once_no_exo_is_left(
+    isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pid namespace of its own, where the worker that starts it is the only exo
+    (the session's decoys would keep a guardian beside them busy): once the worker
+    is gone, the guardian leaves by itself."""
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:
+        pytest.skip("a pid namespace of its own needs root and util-linux unshare")
+    monkeypatch.setenv(settings.SCAN_INTERVAL_ENV, "0.2")
+    namespace = subprocess.run(
+        [
+            unshare,
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            "-c",
+            _IN_A_NAMESPACE_OF_ITS_OWN,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = namespace.stdout.splitlines()
+    assert lines and lines[0].startswith("started a guardian"), (lines, namespace.stderr)
+    # Its own pid namespace: a host directory of its own in the registry.
+    (path,) = isolated_environment.glob("*/guardian.log")
+    log = path.read_text()
+    assert lines[-1] == "left", log
+    assert "no exo process left to watch: leaving" in log, log
+
+
+def test_a_second_guardian_started_by_a_worker_leaves_at_once(isolated_environment: Path) -> None:
+    assert ensure_guardian().startswith("started a guardian")
+    assert wait_until(lambda: _running(isolated_environment) is not None, 15.0)
+    state = _running(isolated_environment)
+    assert state is not None
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "exo_orphan_guard", "service", "run", "--mode", "worker"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert second.returncode == 0 and "leaving it to guard" in second.stderr
+    finally:
+        os.kill(state.pid, signal.SIGTERM)
