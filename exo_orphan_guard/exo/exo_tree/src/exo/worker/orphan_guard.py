@@ -63,7 +63,7 @@ def guard_runner(
             name="exo-orphan-guard",
             daemon=True,
         ).start()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
         logger.warning(f"orphan guard: this runner is not guarded ({error!r})")
 
 
@@ -75,7 +75,7 @@ def _shutdown_when_gone(
     try:
         multiprocessing.connection.wait([sentinel])
         sender.send(shutdown)
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
         logger.warning(f"orphan guard: could not hand this runner Shutdown ({error!r})")
 
 
@@ -85,7 +85,7 @@ def guard_worker() -> None:
         return
     try:
         _write_handover_marker()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
         logger.warning(
             f"orphan guard: could not write the hand-over marker ({error!r})"
         )
@@ -98,9 +98,9 @@ def guard_worker() -> None:
             raise
         hook: object = getattr(hooks, "guard_exo_worker", None)
         if not callable(hook):
-            raise LookupError(f"{PACKAGE_HOOKS} has no guard_exo_worker")
+            raise TypeError(f"{PACKAGE_HOOKS} has no guard_exo_worker")
         hook()
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
         logger.warning(f"orphan guard: the exo-orphan-guard package failed ({error!r})")
 
 

@@ -19,13 +19,14 @@ from types import ModuleType
 from typing import cast
 
 import pytest
+from loguru import logger
+
 from exo.shared.types.tasks import Shutdown, Task
 from exo.shared.types.worker.instances import BoundInstance
 from exo.utils.channels import MpReceiver, mp_channel
 from exo.worker import orphan_guard
 from exo.worker.tests.constants import INSTANCE_1_ID, MODEL_A_ID, NODE_A, RUNNER_1_ID
 from exo.worker.tests.unittests.conftest import get_bound_mlx_ring_instance
-from loguru import logger
 
 
 def _bound_instance() -> BoundInstance:
@@ -218,7 +219,10 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     state = subprocess.run(
-        ["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True
+        ["ps", "-o", "stat=", "-p", str(pid)],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.strip()
     return bool(state) and not state.startswith("Z")  # a zombie is gone too
 
