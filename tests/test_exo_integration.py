@@ -23,16 +23,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from exo_orphan_guard import system
-from exo_orphan_guard.records import endings
-from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.system import settings
-from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.system.identity import identity_of
 from tests.helpers.exo_trees import (
     SUPPORT,
     exo_environment,
@@ -150,112 +145,32 @@ CLEAN_ENDING_BOUND = 5.0
 the grace it is given is twice as long."""
 
 
-def step_of(ending: endings.Ending) -> str | None:
-    """Which step ended the runner, where the record says (the new footprint's
-    endings do; the stored series' do not)."""
-    step: object = getattr(ending, "step", None)
-    return step if isinstance(step, str) else None
-
-
-def ended_the_clean_way(ending: endings.Ending, *, busy: bool = False) -> bool:
-    """Whether the runner ended by itself, not killed. An idle runner: through exo's
-    own shutdown, by the `Shutdown` posted on its task stream, which exo's loop took
-    (the new footprint: step `shutdown`), or by `WorkerGone` running exo's
-    `Runner.shutdown` (the stored series' patch 0007: step `worker_gone`, "it ran its
-    own shutdown"). A busy one may also end at `WorkerGone` with the new footprint:
-    busy_site's evals never go back to exo's loop, so the Shutdown is never taken,
-    and `WorkerGone` is raised once an eval returns to Python."""
-    if ending.how != "clean":
-        return False
-    step = step_of(ending)
-    return (
-        step == "shutdown" or "its own shutdown" in ending.why or (busy and step == "worker_gone")
-    )
-
-
-def ending_of(registry: Path, runner: ProcessIdentity) -> endings.Ending | None:
-    path = host_directory(registry) / endings.ENDINGS_NAME
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
-        found = endings.latest(endings.read(path, system.boot_id())).get(runner)
-        if found is not None and found.event == "ended":
-            return found
-        time.sleep(0.05)
-    return None
-
-
 @versions
-@pytest.mark.parametrize("grace", [2 * CLEAN_ENDING_BOUND, 0.0], ids=["clean", "grace-0"])
-def test_exos_real_runner_runs_its_own_shutdown_when_its_worker_dies(
-    version: str, grace: float, exo_work: Path, exo_venv_cache: Path
-) -> None:
-    """With a grace, the worker's SIGKILL runs exo's Runner.shutdown in the runner,
-    which then exits by itself; with grace 0 it is killed at once (the control)."""
-    tree = exo_tree(exo_work, version, patched=True)
-    venv = exo_venv(tree, exo_venv_cache, runner=True)
-    with exo_worker(tree, venv, version, guard=True, grace=grace) as report:
-        runner = identity_of(report["runner_pid"])
-        assert runner is not None
-        killed_at = time.monotonic()
-        os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
-        gone = scenarios.wait_gone([runner], grace + 2.0)[runner]
-        assert gone is not None, "exo's runner outlived its worker and the grace"
-        ending = ending_of(report["registry"], runner)
-        assert ending is not None, "no ending recorded"
-        print(f"\nexo {version}, grace {grace:g}: gone {gone - killed_at:.3f} s, {ending}")
-        if grace:
-            assert gone - killed_at < CLEAN_ENDING_BOUND, gone - killed_at
-            assert ended_the_clean_way(ending), ending
-        else:
-            assert gone - killed_at < 1.0, gone - killed_at
-            assert ending.how == "killed", ending
-            assert step_of(ending) in (None, "at_once", "grace"), ending
-            assert step_of(ending) is not None or settings.GRACE_ENV in ending.why, ending
-
-
-@versions
-def test_exos_real_runner_busy_in_long_mlx_evals_ends_by_itself_once_one_returns(
+def test_exos_real_runner_busy_in_long_mlx_evals_is_not_interrupted_from_inside(
     version: str, exo_work: Path, exo_venv_cache: Path, tmp_path: Path
 ) -> None:
-    """exo's real runner inside one `mx.eval` of seconds (`exo_support/busy_site`: where
-    exo would run a task, as a prefill chunk would) when its worker is SIGKILLed: it
-    is waited for, and once the eval returns it logs 1.5 MiB through exo's own
-    `logger_setup` sinks (read by the dead worker) and ends by itself: with the stored
-    series `WorkerGone` runs exo's own `Runner.shutdown`; with the new footprint it
-    leaves through exo's code (step `worker_gone`), its loop never having come back
-    for the Shutdown. Before the busy wait it was killed 0.5 s after the notice."""
+    """exo's real runner inside `mx.eval`s of seconds (`exo_support/busy_site`: where
+    exo would run a task, as a prefill chunk would, never back to its loop) when its
+    worker is SIGKILLed: the series' module only hands it its Shutdown, which its loop
+    never takes, and nothing inside exo interrupts or kills it (the guardian does,
+    from outside). Its evals go on, and its logging through exo's own
+    `logger_setup` sinks (read by the dead worker) does not stop it."""
     tree = exo_tree(exo_work, version, patched=True)
     venv = exo_venv(tree, exo_venv_cache, runner=True)
     notes = tmp_path / "notes"
     notes.mkdir()
-    extra = {
-        "PYTHONPATH": str(SUPPORT / "busy_site"),
-        "EOG_BUSY_EVAL_NOTES": str(notes),
-        "EOG_BUSY_LOG_FLOOD": str(3 * 2**19),  # 1.5 MiB through exo's own logger_setup
-        settings.BUSY_WAIT_ENV: "60",
-    }
-    grace = 2 * CLEAN_ENDING_BOUND
-    with exo_worker(tree, venv, version, guard=True, grace=grace, extra_env=extra) as report:
+    extra = {"PYTHONPATH": str(SUPPORT / "busy_site"), "EOG_BUSY_EVAL_NOTES": str(notes)}
+    with exo_worker(tree, venv, version, guard=True, extra_env=extra) as report:
         runner = identity_of(report["runner_pid"])
         assert runner is not None
         path = notes / f"{runner.pid}.jsonl"
         deadline = time.monotonic() + 120.0
-        begun: dict[str, Any] | None = None
-        while begun is None:
+        while not (path.exists() and path.read_text()):
             assert time.monotonic() < deadline, "exo's runner never began a long eval"
-            lines = path.read_text().splitlines() if path.exists() else []
-            sized = [json.loads(line) for line in lines]
-            sized = [n for n in sized if n["event"] == "eval begun" and n["last"] >= 2.5]
-            begun = sized[-1] if sized else None
             time.sleep(0.05)
-        time.sleep(0.2)
-        killed_at = time.monotonic()
         os.kill(report["worker_pid"], signal.SIGKILL)  # the worker's pid alone
-        gone = scenarios.wait_gone([runner], 60.0 + grace)[runner]
-        assert gone is not None, "exo's runner outlived its worker, the busy wait and the grace"
-        ending = ending_of(report["registry"], runner)
-        print(f"\nexo {version} busy: gone {gone - killed_at:.3f} s after the kill, {ending}")
-        assert gone - begun["at"] >= 2.0, "it was not waited for until its eval returned"
-        assert ending is not None and ended_the_clean_way(ending, busy=True), ending
-        logged = [json.loads(line) for line in path.read_text().splitlines()]
-        assert [n["bytes"] for n in logged if n["event"] == "logged"] == [3 * 2**19], logged
+        killed_at = time.monotonic()
+        assert scenarios.wait_gone([runner], 8.0)[runner] is None
+        evals = [json.loads(line) for line in path.read_text().splitlines()]
+        begun_after = [n for n in evals if n["event"] == "eval begun" and n["at"] > killed_at]
+        assert begun_after, "its evals stopped when its worker died"

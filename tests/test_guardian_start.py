@@ -113,3 +113,26 @@ def test_a_second_guardian_started_by_a_worker_leaves_at_once(isolated_environme
         assert second.returncode == 0 and "leaving it to guard" in second.stderr
     finally:
         os.kill(state.pid, signal.SIGTERM)
+
+
+def test_exos_worker_hook_sweeps_then_starts_a_guardian(
+    isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the series' `guard_worker()` reaches with the package installed."""
+    monkeypatch.setenv(settings.TOGGLE_ENV, "true")
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from exo_orphan_guard.exo.hooks import "
+            "guard_exo_worker; guard_exo_worker(); time.sleep(60)",
+        ],
+    )
+    try:
+        assert wait_until(lambda: _running(isolated_environment) is not None, 20.0)
+        state = _running(isolated_environment)
+        assert state is not None and state.mode == "worker"
+        os.kill(state.pid, signal.SIGTERM)
+    finally:
+        worker.kill()
+        worker.wait()

@@ -291,7 +291,7 @@ def test_the_cover_letter_says_the_extra_is_not_in_the_series() -> None:
         cover = (patching.PATCHES_DIR / name / patching.COVER_LETTER).read_text()
         assert "uv run --with exo-orphan-guard exo" in cover
         assert 'orphan-guard = ["exo-orphan-guard"]' in cover and "uv lock" in cover
-        assert " 4 files changed, 264 insertions(+)\n" in cover
+        assert " 4 files changed, 404 insertions(+)\n" in cover
         assert "Hardware test plan" in cover  # exo's PR template asks for one
 
 

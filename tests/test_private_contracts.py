@@ -9,7 +9,6 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.queues
 import multiprocessing.util
-import sys
 import threading
 import time
 from typing import cast
@@ -62,30 +61,6 @@ def test_queue_feeder_joins_are_still_finalizers_the_guard_can_cancel() -> None:
     joined.join(2.0)
     assert not joined.is_alive(), "the feeder's join was not cancelled"
     # Its feeder stays blocked on the full pipe, a daemon thread: gone at exit.
-
-
-def test_another_threads_frames_show_their_locals() -> None:
-    """`exo.shutdown_task.ExoShutdown.taken`: whether exo's loop holds the Shutdown is
-    read from the main thread's frames, from another thread. `sys._current_frames` is
-    documented for this ("specialized purposes") and has no public twin."""
-    held = object()
-    seen: list[bool] = []
-    ready = threading.Event()
-
-    def look() -> None:
-        ready.wait()
-        frame = sys._current_frames().get(threading.main_thread().ident or 0)  # pyright: ignore[reportPrivateUsage]
-        found = False
-        while frame is not None:
-            found = found or any(value is held for value in frame.f_locals.values())
-            frame = frame.f_back
-        seen.append(found)
-
-    thread = threading.Thread(target=look)
-    thread.start()
-    ready.set()
-    thread.join(5.0)
-    assert seen == [True]
 
 
 def test_psutil_still_gives_the_raw_start_of_a_process() -> None:

@@ -1,58 +1,56 @@
-"""What exo's two hook calls reach (`src/exo/worker/orphan_guard.py` in exo's tree).
+"""What exo's worker hook reaches (`src/exo/worker/orphan_guard.py` in exo's tree).
 
-`guard_exo_runner`, first in `bootstrap.entrypoint`: the runner's parent watch, with
-exo's own Shutdown as the first step of its ending (`shutdown_task`), then a sweep
-for leftover runners of dead workers before its loop takes any task (its group's
-ConnectToGroup among them): only this runner waits for it, never the worker's loop.
-`guard_exo_worker`, first in `Worker.run`: the worker's identity for its runners, and
-one sweep at its start, on a thread of its own.
+exo's runners guard themselves: the in-tree module hands a runner its own Shutdown
+when its worker dies, with the standard library and exo's own code, and never calls
+this package. What the package adds runs outside the runners: `guard_exo_worker`,
+called by the in-tree `guard_worker` (after `Worker.run`'s first log line), starts
+one sweep for leftover runners of a dead exo, on a thread of its own, then makes sure
+a guardian runs (`guardian_start`: one started, detached, if none of this user's
+does), and changes nothing in the worker's environment or its runners; the guardian
+(`service run`) and the CLI's sweeps run outside exo altogether.
 
-Neither raises into exo: a failure is one warning and exo goes on unguarded.
+It never raises into exo: a failure is one warning and exo goes on unguarded.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping
 
 from loguru import logger
 
 from ..sweeper.sweeping import sweep
 from ..system.once import warn_once
 from ..system.settings import guard_enabled
-from ..watch.handover import Handover
-from ..watch.runner_watch import guard_runner_handing_over
-from .shutdown_task import ExoShutdown, NotExoError
-from .worker import log_report, prepare_worker
-
-
-def guard_exo_runner(bound_instance: object, task_receiver: object) -> None:
-    """The runner ends with its worker, first through the Shutdown exo's loop takes."""
-    if not _enabled():
-        return
-    try:
-        labels = _labels(bound_instance)
-        guard_runner_handing_over(_handover(bound_instance, task_receiver), labels)
-        _sweep(f"runner {labels.get('runner_id', '?')} takes its first task")
-    except Exception as error:  # the guard must never break a runner
-        logger.opt(exception=error).warning("orphan guard: could not guard this runner")
+from .guardian_start import ensure_guardian
+from .worker import log_report
 
 
 def guard_exo_worker() -> None:
-    """Record the worker for its runners; sweep once per process, beside exo's start."""
+    """Sweep once per process, beside exo's start; then a guardian."""
     if not _enabled():
         return
-    prepare_worker()
-    _sweep_at_start_once()
+    try:
+        _sweep_at_start_once()
+    except Exception as error:  # the guard must never break exo's start-up
+        logger.opt(exception=error).warning("orphan guard: could not guard this worker")
 
 
 @functools.cache
 def _sweep_at_start_once() -> None:
     # exo makes a new Worker at every election: one start-up sweep per process.
-    threading.Thread(
-        target=_sweep, args=("worker start",), name="exo-orphan-guard-sweep", daemon=True
-    ).start()
+    threading.Thread(target=_sweep_then_guard, name="exo-orphan-guard-sweep", daemon=True).start()
+
+
+def _sweep_then_guard() -> None:
+    # The sweep first: a guardian started beside it would sweep the same orphans.
+    _sweep("worker start")
+    try:
+        said = ensure_guardian()
+    except Exception as error:  # no guardian is no reason to stop exo
+        logger.opt(exception=error).warning("orphan guard: could not start a guardian")
+        return
+    logger.info(f"orphan guard: {said}")
 
 
 def _sweep(reason: str) -> None:
@@ -65,29 +63,6 @@ def _sweep(reason: str) -> None:
         logger.opt(exception=error).warning(f"orphan guard: sweep before {reason} failed")
         return
     log_report(report, reason)
-
-
-def _labels(bound_instance: object) -> Mapping[str, str]:
-    labels: dict[str, str] = {}
-    runner_id: object = getattr(bound_instance, "bound_runner_id", None)
-    instance: object = getattr(bound_instance, "instance", None)
-    instance_id: object = getattr(instance, "instance_id", None)
-    if runner_id is not None:
-        labels["runner_id"] = str(runner_id)
-    if instance_id is not None:
-        labels["instance_id"] = str(instance_id)
-    return labels
-
-
-def _handover(bound_instance: object, task_receiver: object) -> Handover | None:
-    try:
-        return ExoShutdown(bound_instance, task_receiver)
-    except NotExoError as error:
-        warn_once(
-            f"orphan guard: cannot hand this runner exo's Shutdown ({error}): "
-            "when its worker dies it gets WorkerGone at once"
-        )
-        return None
 
 
 def _enabled() -> bool:

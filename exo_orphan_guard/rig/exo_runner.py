@@ -1,26 +1,31 @@
-"""Runners shaped like exo's, for the hand-over of exo's own Shutdown (`exo.hooks`).
+"""Runners shaped like exo's, guarded by exo's own hooks module (`exo_tree/`).
 
 The scenario worker's `exo` watch: the worker makes each runner an exo-shaped task
 channel (`exo_shaped/exo`, put on `sys.path`, which spawned runners inherit) and the
-runner calls `guard_exo_runner(bound_instance, task_receiver)` first, as exo's
-patched `bootstrap.entrypoint` does. Then it behaves (`behave`) and takes its tasks
-as exo's loop does: one at a time, a `Shutdown` ends it after its own shutdown.
+runner calls the series' `exo.worker.orphan_guard.guard_runner(bound_instance,
+task_receiver)` first, as exo's patched `bootstrap.entrypoint` does: the very file
+the series adds to exo, run against the exo-shaped types, and nothing of this
+package inside the runner. Then it behaves (`behave`) and takes its tasks as exo's
+loop does: one at a time, a `Shutdown` ends it after its own shutdown.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Final, Literal
 
-from ..exo.hooks import guard_exo_runner
+from ..exo.placement import EXO_TREE
 from . import native_calls
 from .notes import RunnerNotes
 
 EXO_SHAPED: Final = str(Path(__file__).resolve().parent / "exo_shaped")
+IN_TREE_MODULE: Final = "exo.worker.orphan_guard"
+IN_TREE_FILE: Final = EXO_TREE / "src" / "exo" / "worker" / "orphan_guard.py"
 OWN_SHUTDOWN_SECONDS: Final = 0.3
 """How long the runner's own shutdown takes once its loop took the Shutdown (unless
 `OWN_SHUTDOWN_SECONDS_ENV`): long enough for the guard's looks to see it under way
@@ -53,7 +58,14 @@ def channel_and_instance(runner_id: str) -> tuple[object, object]:
 
 def guard(bound_instance: object, task_receiver: object) -> None:
     use_exo_shaped()
-    guard_exo_runner(bound_instance, task_receiver)
+    spec = importlib.util.spec_from_file_location(IN_TREE_MODULE, IN_TREE_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[IN_TREE_MODULE] = module
+    spec.loader.exec_module(module)
+    guard_runner: object = getattr(module, "guard_runner")  # noqa: B009
+    assert callable(guard_runner)
+    guard_runner(bound_instance, task_receiver)
 
 
 def behave(kind: str, note: RunnerNotes, task_receiver: object) -> None:

@@ -301,7 +301,7 @@ def run_worker(spec: WorkerSpec) -> None:
     multiprocessing.set_start_method("spawn", force=True)  # as exo's main does
     if spec["watch"] == "exo":
         exo_runner.use_exo_shaped()
-    if spec["watch"] in ("guard", "exo"):
+    if spec["watch"] == "guard":  # exo's hooks module records nothing for its runners
         from exo_orphan_guard import prepare_worker
 
         prepare_worker()

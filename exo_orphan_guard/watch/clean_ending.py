@@ -19,9 +19,9 @@ again, at most once a second, except inside `ending_cleanly()`, whose clean-up i
 never interrupted (the watchdog repeats the notice only outside it, and the handler
 checks again).
 
-While the worker lives nothing here changes what a signal does, but for a runner with
-a Shutdown of its own (exo's): its SIGTERM asks for that Shutdown first
-(`term_handover`). Any other runner's SIGTERM keeps its default action.
+While the worker lives nothing here changes what a signal does: SIGTERM keeps its
+default action. (exo's runners are not guarded here: exo's own hooks module hands
+them their Shutdown when their worker dies.)
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from typing import Final, Literal, final
 from loguru import logger
 
 from ..system.identity import ProcessIdentity
-from . import ending_exit, notice_check, term_handover, widowed
-from .handover import Handover, run_handover
+from . import ending_exit, notice_check, widowed
 from .waiters import confirmed_gone
 from .worker_gone import WorkerGone
 
@@ -61,9 +60,10 @@ NOTICE: Final = b"n"
 TOOK_OVER: Final = b"w"
 """On the pipe from the watchdog: it took over from a watchdog that died."""
 HANDED_OVER: Final = b"g"
-"""On the pipe to the watchdog: the program's own Shutdown was handed to it."""
+"""On the pipe to the watchdog: the program's own Shutdown was handed to it (sent by
+no runner since exo's own hooks module does that; the watchdog still reads it)."""
 TAKEN: Final = b"t"
-"""On the pipe to the watchdog: the program's own code took its Shutdown."""
+"""On the pipe to the watchdog: the program's own code took its Shutdown (as above)."""
 RAISED: Final = b"r"
 """On the pipe to the watchdog: `WorkerGone` was raised on the main thread."""
 HEARTBEAT_SECONDS: Final = 0.1
@@ -81,18 +81,11 @@ class _State:
         worker: ProcessIdentity,
         begun: int,
         grace: float,
-        handover: Handover | None,
     ):
         self.me = me
         self.worker = worker
         self.begun = begun
         self.grace = grace
-        self.handover = handover
-        self.holding = handover is not None
-        """No `WorkerGone` yet: the program's own Shutdown is handed to it and its loop
-        may take it (until it is taken, for good; until the window passes, for now)."""
-        self.handover_started = False
-        self.taken = False
         self.raised = False
         self.phase: Phase = "watching"
         self.sheltered = 0
@@ -121,15 +114,13 @@ def install(
     begun: int,
     grace: float,
     notice: int,
-    handover: Handover | None = None,
 ) -> None:
     """Arm the handler (main thread only: Python's rule for signal handlers). `begun`:
     the write end of the pipe whose other end the watchdog reads; `notice`: the read end
-    of the pipe the watchdog writes a byte to when the worker is gone (EOF: it is gone).
-    `handover`: the program's own Shutdown, the first step of its ending (`handover`)."""
+    of the pipe the watchdog writes a byte to when the worker is gone (EOF: it is gone)."""
     global _state
     os.set_blocking(begun, False)
-    state = _State(me, worker, begun, grace, handover)
+    state = _State(me, worker, begun, grace)
     _state = state
     wake, state.log_wake = os.pipe()
     os.set_blocking(state.log_wake, False)
@@ -142,8 +133,6 @@ def install(
     atexit.register(_log_pending, state)
     signal.signal(NOTICE_SIGNAL, _on_notice)
     state.armed = notice_check.arm(NOTICE_SIGNAL, _on_notice)
-    if handover is not None:
-        term_handover.install(handover, grace, me.pid, lambda: state.phase == "ending")
     threading.Thread(
         target=_listen_to_the_watchdog,
         args=(state, notice),
@@ -202,7 +191,7 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
     # the first WorkerGone is still a second away from any repeat.
     state.phase = "ending"
     state.last_raised = state.begun_at = time.monotonic()
-    sheltered = state.sheltered > 0 or state.holding
+    sheltered = state.sheltered > 0
     _tell_watchdog(state, BEGUN + (SHUTTING_DOWN if sheltered else b""))
     widowed.until_every_thread_is_gone(state.worker)
     _prepare_to_end(state.me, state.worker)
@@ -213,9 +202,7 @@ def _on_notice(signal_number: int, frame: FrameType | None) -> None:
         state,
         f"orphan guard: runner {state.me.pid}: its worker {state.worker.pid} died: "
         + (
-            f"handing it {state.handover.name}"
-            if state.holding and state.handover is not None
-            else "finishing its shutdown"
+            "finishing its shutdown"
             if sheltered
             else "letting its exit finish"
             if exiting
@@ -277,7 +264,7 @@ def _raise_again(state: _State) -> None:
     """A repeated notice: the first WorkerGone may have been swallowed (a bare
     `except:`). Never inside `ending_cleanly()`, never once the main thread is done
     (the interpreter's own exit is under way), never twice within `AGAIN_SECONDS`."""
-    if not state.prepared or state.sheltered > 0 or state.holding or _exit_under_way():
+    if not state.prepared or state.sheltered > 0 or _exit_under_way():
         return
     now = time.monotonic()
     if now - state.last_raised < AGAIN_SECONDS:
@@ -303,7 +290,6 @@ def _listen_to_the_watchdog(state: _State, notice: int) -> None:
             # The worker is gone: its log sinks drop writes now, not once the main
             # thread is back in Python (another thread may be logging meanwhile).
             widowed.stop_widowed_log_queues(state.worker)
-            _start_handover(state)
             _beat_until_begun(state)
         else:
             logger.warning(
@@ -311,49 +297,6 @@ def _listen_to_the_watchdog(state: _State, notice: int) -> None:
                 "are gone: nothing outside this process bounds its ending"
             )
             return
-
-
-def _start_handover(state: _State) -> None:
-    """The first step, where the program has one: its own Shutdown, on a thread of its
-    own (the window runs beside the heartbeats)."""
-    handover = state.handover
-    if handover is None or state.handover_started:
-        return
-    state.handover_started = True
-    # What the program's own shutdown sends goes nowhere now: it must not block on it.
-    ending_exit.prepare(state.me, state.worker)
-
-    def taken() -> None:
-        state.taken = True
-        _tell_watchdog(state, TAKEN + BEGUN + SHUTTING_DOWN)
-        logger.warning(
-            f"orphan guard: runner {state.me.pid}: its worker {state.worker.pid} died: "
-            f"it took {handover.name} and is ending its own way, killed if it has not "
-            f"exited within {state.grace:g} s"
-        )
-
-    def escalate(why: str) -> None:
-        state.holding = False
-        logger.warning(
-            f"orphan guard: runner {state.me.pid}: {why}: raising WorkerGone on its main thread"
-        )
-        if state.phase == "ending":
-            state.last_raised = 0.0  # at once, not a second after the first notice
-            _tell_watchdog(state, SHELTER_LEFT)
-            notice_main_thread()
-
-    def run() -> None:
-        _tell_watchdog(state, HANDED_OVER)
-        run_handover(
-            handover,
-            state.grace,
-            in_python_since=lambda: state.begun_at,
-            exiting=_exit_under_way,
-            on_taken=taken,
-            escalate=escalate,
-        )
-
-    threading.Thread(target=run, name="exo-orphan-guard-handover-window", daemon=True).start()
 
 
 def _beat_until_begun(state: _State) -> None:
@@ -373,9 +316,9 @@ def _beat_until_begun(state: _State) -> None:
 
 
 def _another_watchdog(state: _State) -> None:
-    told = (HANDED_OVER if state.handover_started else b"") + (TAKEN if state.taken else b"")
+    told = b""
     if state.phase == "ending":
-        sheltered = state.sheltered > 0 or state.holding
+        sheltered = state.sheltered > 0
         told += BEGUN + (SHUTTING_DOWN if sheltered else b"")
     if state.raised:
         told += RAISED

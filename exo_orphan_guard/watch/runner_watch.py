@@ -30,7 +30,6 @@ from ..system.identity import ProcessIdentity, current_identity, identity_of, li
 from ..system.once import warn_once
 from . import clean_ending
 from .ending_plan import EndingPlan
-from .handover import Handover
 from .tree_kill import kill_runner_tree
 from .waiters import WaiterName, usable_waiters, wait_for_exit
 from .watch_plan import ParentDeathSignal, WatchCapabilities, WatchPlan, plan_watch
@@ -68,13 +67,6 @@ def guard_runner(**labels: str) -> None:
     EXO_ORPHAN_GUARD is on, a no-op when called twice, and it never raises: on any
     failure it logs a warning and the runner carries on unguarded.
     """
-    guard_runner_handing_over(None, labels)
-
-
-def guard_runner_handing_over(handover: Handover | None, labels: Mapping[str, str]) -> None:
-    """`guard_runner` for a program with a Shutdown of its own (`handover`): when the
-    worker dies, that is handed to it first, and `WorkerGone` comes only if its loop
-    does not take it in time."""
     global _active_plan
     toggle = settings.guard_enabled()
     if toggle.warning is not None:
@@ -82,7 +74,7 @@ def guard_runner_handing_over(handover: Handover | None, labels: Mapping[str, st
     if not toggle.value or _active_plan is not None:
         return
     try:
-        _active_plan = _start_watch(labels, handover)
+        _active_plan = _start_watch(labels)
     except UnwatchableError as error:
         warn_once(f"orphan guard: {error}; this runner is unguarded")
     except Exception as error:  # the guard must never break a runner
@@ -91,7 +83,7 @@ def guard_runner_handing_over(handover: Handover | None, labels: Mapping[str, st
         )
 
 
-def _start_watch(labels: Mapping[str, str], handover: Handover | None) -> WatchPlan | None:
+def _start_watch(labels: Mapping[str, str]) -> WatchPlan | None:
     strategy = settings.parse_strategy(os.environ.get(settings.STRATEGY_ENV))
     if strategy.warning is not None:
         warn_once(strategy.warning)
@@ -106,9 +98,7 @@ def _start_watch(labels: Mapping[str, str], handover: Handover | None) -> WatchP
     if worker is None or liveness(worker) == "gone":
         _die(me, None, "its worker died before the runner was guarded")
     group = _lead_own_process_group()
-    return arm_watch(
-        me, worker, group, labels, strategy.value, grace.value, busy_wait.value, handover
-    )
+    return arm_watch(me, worker, group, labels, strategy.value, grace.value, busy_wait.value)
 
 
 def arm_watch(
@@ -119,14 +109,12 @@ def arm_watch(
     strategy: settings.Strategy,
     grace: float,
     busy_wait: float = 0.0,
-    handover: Handover | None = None,
 ) -> WatchPlan:
     """Arm the watch of process `me` (this one) on `worker` and record it.
 
     `group`: the process group `me` leads, or None. `grace`: how long a clean ending
     may take once begun (0: none, the tree is killed at once). `busy_wait`: how long,
-    from the notice, a main thread in native code is waited for (0: `WEDGE_SECONDS`).
-    `handover`: the program's own Shutdown, the first step of a clean ending. Exits
+    from the notice, a main thread in native code is waited for (0: `WEDGE_SECONDS`). Exits
     at once (killing the tree) if the worker dies while the watch is armed.
     Raises whatever arming fails with.
     """
@@ -144,7 +132,7 @@ def arm_watch(
 
     registry = _open_registry()
     runner = WatchedRunner(me, worker, group, labels, grace, busy_wait)
-    if plan.watchdog and not _fork_watchdog(runner, plan, capabilities, registry, handover):
+    if plan.watchdog and not _fork_watchdog(runner, plan, capabilities, registry):
         plan = plan_watch(strategy, dataclasses.replace(capabilities, can_fork=False), grace)
     if plan.parent_death_signal:
         clean = plan.ending == "clean"
@@ -177,7 +165,6 @@ def _fork_watchdog(
     plan: WatchPlan,
     capabilities: WatchCapabilities,
     registry: Registry | None,
-    handover: Handover | None,
 ) -> bool:
     """Start the watchdog (and, for a clean ending, the pipes it learns of it by and
     wakes the runner's heartbeat by); False if fork fails."""
@@ -212,9 +199,7 @@ def _fork_watchdog(
             if fd is not None:
                 os.close(fd)
     if begun_write is not None and notice_read is not None:
-        clean_ending.install(
-            runner.me, runner.worker, begun_write, runner.grace, notice_read, handover
-        )
+        clean_ending.install(runner.me, runner.worker, begun_write, runner.grace, notice_read)
     return True
 
 

@@ -1,69 +1,132 @@
-"""Optional hooks into exo-orphan-guard: a runner ends when its worker dies.
+"""Optional orphan guard: a runner ends, through its own Shutdown, when its worker dies.
 
 A runner is a spawned child of the worker. When the worker is hard-killed (SIGKILL,
 a crash, a force-quit), its runners live on with ppid 1, holding their memory and,
 on multi-node instances, their RDMA queue pairs: the next runner on the node fails
 with "[jaccl] Changing queue pair to RTR failed with errno 16".
 
-With EXO_ORPHAN_GUARD=true and exo-orphan-guard installed (no edit needed:
-`uv run --with exo-orphan-guard exo`), each runner watches its worker. When the
-worker dies the runner gets, on its own task stream, the Shutdown a live worker
-would send, and ends through its own loop; only a runner that cannot take it is
-interrupted, and only one that cannot end at all is killed. Leftover runners of a
-dead exo are swept when the worker starts and before a runner takes its first
-task. Off by default; with the toggle on and the package missing, one warning.
+With EXO_ORPHAN_GUARD=true, each runner starts one daemon thread that waits for its
+worker's exit (multiprocessing's parent sentinel) and then puts on the runner's own
+task stream the Shutdown a live worker would send: the runner's loop takes it at its
+own safe points (idle, or between two decode steps) and `Runner.shutdown` ends it.
+Nothing else in the runner changes: no signal handler, no process group, no child
+process, nothing patched. Standard library and exo's own code only; off by default.
 
-The package reads its other settings once per process: EXO_ORPHAN_GUARD_GRACE
-(seconds a runner gets to end cleanly, default 10), EXO_ORPHAN_GUARD_BUSY_WAIT
-(seconds a runner busy in native code is waited for, default 120),
-EXO_ORPHAN_GUARD_STRATEGY, EXO_ORPHAN_GUARD_BACKEND and EXO_ORPHAN_GUARD_DIR;
-`exo-orphan-guard doctor` lists them with their values.
+The worker also leaves a hand-over marker (`<dir>/handover/<pid>.json`) for a
+guardian outside exo (exo-orphan-guard's `service run`), which then gives such
+runners their grace before it ends them itself, and, if the exo-orphan-guard
+package is installed, starts its sweep for leftover runners of a dead exo. A
+failure anywhere here is one warning, and exo runs on unguarded.
 """
 
-import functools
 import importlib
+import json
+import multiprocessing
+import multiprocessing.connection
 import os
-from collections.abc import Callable
-from types import ModuleType
-from typing import cast
+import tempfile
+import threading
+import time
+from pathlib import Path
 
 from loguru import logger
 
-from exo.shared.types.tasks import Task
+from exo.shared.types.tasks import Shutdown, Task
 from exo.shared.types.worker.instances import BoundInstance
-from exo.utils.channels import MpReceiver
+from exo.utils.channels import MpReceiver, MpSender
 
 EXO_ORPHAN_GUARD = os.getenv("EXO_ORPHAN_GUARD", "false").lower() in ("true", "1")
-
-
-@functools.cache
-def _hooks() -> ModuleType | None:
-    try:
-        return importlib.import_module("exo_orphan_guard.exo.hooks")
-    except ImportError:
-        logger.warning(
-            "EXO_ORPHAN_GUARD is on but exo-orphan-guard is not installed "
-            "(uv run --with exo-orphan-guard exo): runners are not guarded"
-        )
-        return None
-
-
-def _hook(name: str) -> object | None:
-    hooks = _hooks() if EXO_ORPHAN_GUARD else None
-    return None if hooks is None else cast(object, getattr(hooks, name))
+PACKAGE = "exo_orphan_guard"
+PACKAGE_HOOKS = "exo_orphan_guard.exo.hooks"
 
 
 def guard_runner(
     bound_instance: BoundInstance, task_receiver: MpReceiver[Task]
 ) -> None:
-    """First in a runner: it ends when its worker dies, through its own Shutdown."""
-    if (hook := _hook("guard_exo_runner")) is not None:
-        cast(Callable[[BoundInstance, MpReceiver[Task]], None], hook)(
-            bound_instance, task_receiver
+    """First in a runner: when its worker dies, it is handed its own Shutdown."""
+    if not EXO_ORPHAN_GUARD:
+        return
+    try:
+        parent = multiprocessing.parent_process()
+        if parent is None:
+            raise RuntimeError("not started by a worker (no multiprocessing parent)")
+        shutdown = Shutdown(
+            instance_id=bound_instance.instance.instance_id,
+            runner_id=bound_instance.bound_runner_id,
         )
+        # Both ends of the task stream are one MpState; exo's Mp channels have no
+        # clone_sender, so the runner's own sender is made from its receiver's state.
+        sender = MpSender[Task](_state=task_receiver._state)  # pyright: ignore[reportPrivateUsage]
+        threading.Thread(
+            target=_shutdown_when_gone,
+            args=(parent.sentinel, sender, shutdown),
+            name="exo-orphan-guard",
+            daemon=True,
+        ).start()
+    except Exception as error:  # noqa: BLE001
+        logger.warning(f"orphan guard: this runner is not guarded ({error!r})")
+
+
+def _shutdown_when_gone(
+    sentinel: int, sender: MpSender[Task], shutdown: Shutdown
+) -> None:
+    # No logging before the send: a log sink queued to the dead worker (enqueue=True)
+    # blocks once its pipe is full.
+    try:
+        multiprocessing.connection.wait([sentinel])
+        sender.send(shutdown)
+    except Exception as error:  # noqa: BLE001
+        logger.warning(f"orphan guard: could not hand this runner Shutdown ({error!r})")
 
 
 def guard_worker() -> None:
-    """First in the worker: its runners know it, and leftovers are swept."""
-    if (hook := _hook("guard_exo_worker")) is not None:
-        cast(Callable[[], None], hook)()
+    """First in the worker: a marker for the guardian, and the package's sweep."""
+    if not EXO_ORPHAN_GUARD:
+        return
+    try:
+        _write_handover_marker()
+    except Exception as error:  # noqa: BLE001
+        logger.warning(
+            f"orphan guard: could not write the hand-over marker ({error!r})"
+        )
+    try:
+        try:
+            hooks = importlib.import_module(PACKAGE_HOOKS)
+        except ModuleNotFoundError as error:
+            if error.name == PACKAGE:
+                return  # not installed: the runners guard themselves all the same
+            raise
+        hook: object = getattr(hooks, "guard_exo_worker", None)
+        if not callable(hook):
+            raise TypeError(f"{PACKAGE_HOOKS} has no guard_exo_worker")
+        hook()
+    except Exception as error:  # noqa: BLE001
+        logger.warning(f"orphan guard: the exo-orphan-guard package failed ({error!r})")
+
+
+def _guard_dir() -> Path:
+    override = os.getenv("EXO_ORPHAN_GUARD_DIR", "").strip()
+    if override:
+        return Path(override).expanduser()
+    exo_home = os.getenv("EXO_HOME")
+    if exo_home is not None:
+        return Path.home() / exo_home / "orphan-guard"
+    return Path.home() / ".exo" / "orphan-guard"
+
+
+def _write_handover_marker() -> None:
+    """`<dir>/handover/<pid>.json`: this worker's runners hand themselves Shutdown."""
+    base = _guard_dir()
+    base.parent.mkdir(parents=True, exist_ok=True)
+    handover = base / "handover"
+    for directory in (base, handover):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    marker = json.dumps({"pid": os.getpid(), "at": time.time()})
+    fd, temporary = tempfile.mkstemp(dir=handover, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(marker)
+        os.replace(temporary, handover / f"{os.getpid()}.json")
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -26,3 +26,6 @@ class Work:
 
     seconds: float
     task_id: str = field(default_factory=_task_id)
+
+
+Task = Shutdown | Work

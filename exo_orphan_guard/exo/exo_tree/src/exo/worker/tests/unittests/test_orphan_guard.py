@@ -1,17 +1,22 @@
-"""The orphan-guard hooks (exo/worker/orphan_guard.py): off by default, one warning
-when on without the package, and forwarding when on with it. With the package
-installed, a runner whose worker is SIGKILLed ends by taking its own Shutdown, and
-without the guard it is left running (what the hooks are for)."""
+"""The orphan guard (exo/worker/orphan_guard.py), with no package installed: off by
+default; on, a runner whose worker is SIGKILLed takes its own Shutdown and ends, and
+without it is left running (what the guard is for); the worker writes its hand-over
+marker and reaches the optional package; every failure is one warning."""
 
 import importlib
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 import pytest
 from loguru import logger
@@ -22,8 +27,6 @@ from exo.utils.channels import MpReceiver, mp_channel
 from exo.worker import orphan_guard
 from exo.worker.tests.constants import INSTANCE_1_ID, MODEL_A_ID, NODE_A, RUNNER_1_ID
 from exo.worker.tests.unittests.conftest import get_bound_mlx_ring_instance
-
-PACKAGE_HOOKS = "exo_orphan_guard.exo.hooks"
 
 
 def _bound_instance() -> BoundInstance:
@@ -45,6 +48,14 @@ def _reload(monkeypatch: pytest.MonkeyPatch, toggle: str | None) -> None:
     importlib.reload(orphan_guard)
 
 
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    lines: list[str] = []
+    sink = logger.add(lambda message: lines.append(str(message)), level="WARNING")
+    yield lines
+    logger.remove(sink)
+
+
 @pytest.mark.usefixtures("hooks_with")
 @pytest.mark.parametrize(
     ("toggle", "on"),
@@ -58,56 +69,121 @@ def test_the_toggle_is_read_as_exo_reads_its_own(
     assert orphan_guard.EXO_ORPHAN_GUARD is on
 
 
-class _FakePackageHooks(ModuleType):
-    def __init__(self) -> None:
-        super().__init__(PACKAGE_HOOKS)
-        self.calls: list[tuple[str, tuple[object, ...]]] = []
-
-    def guard_exo_runner(
-        self, bound_instance: BoundInstance, task_receiver: MpReceiver[Task]
-    ) -> None:
-        self.calls.append(("guard_exo_runner", (bound_instance, task_receiver)))
+class _FakeHooks(ModuleType):
+    def __init__(self, fail: bool) -> None:
+        super().__init__(orphan_guard.PACKAGE_HOOKS)
+        self.calls = 0
+        self.fail = fail
 
     def guard_exo_worker(self) -> None:
-        self.calls.append(("guard_exo_worker", ()))
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("broken")
+
+
+PACKAGE_HOOKS = orphan_guard.PACKAGE_HOOKS
+
+
+class _NotInstalled(MetaPathFinder):
+    """Whether or not this environment has the package, it is not found."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> ModuleSpec | None:
+        if fullname == orphan_guard.PACKAGE:
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+def _install(monkeypatch: pytest.MonkeyPatch, hooks: ModuleType | None) -> None:
+    """The package as the worker finds it: `None` is not installed."""
+    if hooks is None:
+        for name in (orphan_guard.PACKAGE, "exo_orphan_guard.exo", PACKAGE_HOOKS):
+            monkeypatch.delitem(sys.modules, name, raising=False)
+        monkeypatch.setattr(sys, "meta_path", [_NotInstalled(), *sys.meta_path])
+        return
+    monkeypatch.setitem(sys.modules, orphan_guard.PACKAGE, ModuleType("p"))
+    monkeypatch.setitem(sys.modules, "exo_orphan_guard.exo", ModuleType("e"))
+    monkeypatch.setitem(sys.modules, PACKAGE_HOOKS, hooks)
 
 
 @pytest.mark.usefixtures("hooks_with")
 @pytest.mark.parametrize("toggle", ["true", None])
-def test_the_hooks_reach_the_package_only_when_on(
-    monkeypatch: pytest.MonkeyPatch, toggle: str | None
+def test_the_worker_writes_its_marker_and_reaches_the_package_only_when_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, toggle: str | None
 ):
-    package = _FakePackageHooks()
-    monkeypatch.setitem(sys.modules, PACKAGE_HOOKS, package)
+    monkeypatch.setenv("EXO_ORPHAN_GUARD_DIR", str(tmp_path / "guard"))
+    hooks = _FakeHooks(fail=False)
+    _install(monkeypatch, hooks)
     _reload(monkeypatch, toggle)
-    bound_instance = _bound_instance()
-    _, task_receiver = mp_channel[Task]()
+    before = time.time()
 
     orphan_guard.guard_worker()
-    orphan_guard.guard_runner(bound_instance, task_receiver)
 
-    expected = [
-        ("guard_exo_worker", ()),
-        ("guard_exo_runner", (bound_instance, task_receiver)),
-    ]
-    assert package.calls == (expected if toggle else [])
+    marker = tmp_path / "guard" / "handover" / f"{os.getpid()}.json"
+    assert hooks.calls == (1 if toggle else 0)
+    assert marker.exists() is bool(toggle)
+    if toggle:
+        content = cast(dict[str, float], json.loads(marker.read_text()))
+        assert content["pid"] == os.getpid() and before <= content["at"] <= time.time()
+        assert stat.S_IMODE(marker.stat().st_mode) == 0o600
+        assert stat.S_IMODE(marker.parent.stat().st_mode) == 0o700
+        assert [path.name for path in marker.parent.iterdir()] == [marker.name]
 
 
 @pytest.mark.usefixtures("hooks_with")
-def test_on_without_the_package_the_hooks_warn_once_and_do_nothing(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("env", "where"),
+    [
+        ({"EXO_ORPHAN_GUARD_DIR": "/x/g", "EXO_HOME": "h"}, "/x/g"),
+        ({"EXO_ORPHAN_GUARD_DIR": " ", "EXO_HOME": "h"}, "~/h/orphan-guard"),
+        ({}, "~/.exo/orphan-guard"),
+    ],
+)
+def test_the_marker_goes_where_the_guardian_looks(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], where: str
 ):
-    monkeypatch.setitem(sys.modules, PACKAGE_HOOKS, None)  # its import fails
+    for name in ("EXO_ORPHAN_GUARD_DIR", "EXO_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert orphan_guard._guard_dir() == Path(where).expanduser()  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.usefixtures("hooks_with")
+@pytest.mark.parametrize("package", ["absent", "mismatched", "failing", "no-dir"])
+def test_every_failure_in_the_worker_hook_is_one_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, warnings: list[str], package: str
+):
+    guard_dir = tmp_path / ("file" if package == "no-dir" else "guard")
+    guard_dir.parent.mkdir(exist_ok=True)
+    if package == "no-dir":
+        guard_dir.write_text("")  # the marker's directory cannot be made
+    monkeypatch.setenv("EXO_ORPHAN_GUARD_DIR", str(guard_dir))
+    match package:
+        case "absent" | "no-dir":
+            _install(monkeypatch, None)
+        case "mismatched":
+            _install(monkeypatch, ModuleType(orphan_guard.PACKAGE_HOOKS))
+        case _:
+            _install(monkeypatch, _FakeHooks(fail=True))
     _reload(monkeypatch, "true")
-    warnings: list[str] = []
-    sink = logger.add(lambda message: warnings.append(str(message)), level="WARNING")
-    try:
-        orphan_guard.guard_worker()
-        orphan_guard.guard_worker()
-    finally:
-        logger.remove(sink)
-    assert len(warnings) == 1
-    assert "exo-orphan-guard is not installed" in warnings[0]
+
+    orphan_guard.guard_worker()  # raises nothing
+
+    assert len(warnings) == (0 if package == "absent" else 1), warnings
+
+
+@pytest.mark.usefixtures("hooks_with")
+def test_a_runner_that_cannot_be_guarded_warns_once_and_runs_on(
+    monkeypatch: pytest.MonkeyPatch, warnings: list[str]
+):
+    _reload(monkeypatch, "true")
+    orphan_guard.guard_runner(_bound_instance(), mp_channel[Task]()[1])  # no parent
+    assert len(warnings) == 1 and "not guarded" in warnings[0]
 
 
 def run_runner(
@@ -126,12 +202,10 @@ _WORKER = """
 import multiprocessing, sys, time
 from exo.shared.types.tasks import Task
 from exo.utils.channels import mp_channel
-from exo.worker import orphan_guard
 from exo.worker.tests.unittests import test_orphan_guard as t
 
 if __name__ == "__main__":
     multiprocessing.set_start_method("spawn", force=True)
-    orphan_guard.guard_worker()
     _, receiver = mp_channel[Task]()
     args = (t._bound_instance(), receiver, sys.argv[1])
     multiprocessing.Process(target=t.run_runner, args=args, daemon=True).start()
@@ -144,8 +218,13 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie is gone too
-        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    state = subprocess.run(
+        ["ps", "-o", "stat=", "-p", str(pid)],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return bool(state) and not state.startswith("Z")  # a zombie is gone too
 
 
 def _wait(condition: Callable[[], bool], seconds: float) -> bool:
@@ -157,29 +236,27 @@ def _wait(condition: Callable[[], bool], seconds: float) -> bool:
     return condition()
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="reads the process table in /proc")
 @pytest.mark.parametrize("toggle", ["true", "false"])
-def test_a_runner_whose_worker_is_killed_ends_only_when_guarded(
+def test_a_runner_whose_worker_is_killed_ends_through_its_shutdown_only_when_guarded(
     tmp_path: Path, toggle: str
 ):
-    if toggle == "true":
-        pytest.importorskip("exo_orphan_guard", reason="the guard is not installed")
     ready = tmp_path / "runner.pid"
-    env = {
-        **os.environ,
-        "EXO_ORPHAN_GUARD": toggle,
-        "EXO_ORPHAN_GUARD_DIR": str(tmp_path / "registry"),
-    }
+    env = {**os.environ, "EXO_ORPHAN_GUARD": toggle}
     worker = subprocess.Popen([sys.executable, "-c", _WORKER, str(ready)], env=env)
     runner = 0
     try:
-        assert _wait(ready.exists, 30), "the runner did not start"
+        assert _wait(ready.exists, 60), "the runner did not start"
         runner = int(ready.read_text())
         worker.send_signal(signal.SIGKILL)
         worker.wait()
-        ended = _wait(lambda: not _alive(runner), 5)
-        assert ended is (toggle == "true")
-        assert ready.with_suffix(".shutdown").exists() is (toggle == "true")
+        if toggle == "true":
+            assert _wait(lambda: not _alive(runner), 10), (
+                "the runner outlived its worker"
+            )
+            assert ready.with_suffix(".shutdown").exists()
+        else:
+            assert not _wait(lambda: not _alive(runner), 2), "it ended unguarded"
+            assert not ready.with_suffix(".shutdown").exists()
     finally:
         worker.kill()
         worker.wait()

@@ -1,0 +1,1 @@
+"""exo.worker: the series' hooks module is loaded here from `exo_tree/`."""
