@@ -25,6 +25,7 @@ from exo_orphan_guard.system import settings
 from . import (
     busy_latency,
     cli_startup,
+    grace_floor,
     group_reform,
     guardian_cost,
     handover_latency,
@@ -44,6 +45,7 @@ SECTION_ORDER = [
     "watch",
     "busy",
     "handover",
+    "floor",
     "idle",
     "sweep",
     "cli",
@@ -241,6 +243,25 @@ def handover_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def floor_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    rounds: int = arguments.floor_rounds
+    results = grace_floor.run(rounds, scratch)
+    return "\n".join(
+        [
+            _header(
+                "The grace's floor: an idle runner's clean ending beside busy loops",
+                f"python -m bench.run_all --only floor --floor-rounds {rounds}",
+            ),
+            f"{rounds} rounds per row. {grace_floor.DESCRIPTION} "
+            "`tests/test_clean_ending.py` checks that the floor is what the runner is "
+            "guarded with and that a runner killed at it had all of it; how often it is "
+            "enough is this table's.\n",
+            grace_floor.render(results),
+            "",
+        ]
+    )
+
+
 def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
     del scratch
     trials: int = arguments.group_trials
@@ -369,6 +390,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
     "handover": handover_section,
+    "floor": floor_section,
     "idle": idle_section,
     "sweep": sweep_section,
     "cli": cli_section,
@@ -388,6 +410,7 @@ def main() -> None:
     parser.add_argument("--group-trials", type=int, default=20)
     parser.add_argument("--busy-rounds", type=int, default=50)
     parser.add_argument("--handover-rounds", type=int, default=50)
+    parser.add_argument("--floor-rounds", type=int, default=20)
     parser.add_argument("--launch-trials", type=int, default=100)
     parser.add_argument("--hosts-repetitions", type=int, default=20)
     parser.add_argument("--guardian-rounds", type=int, default=50)

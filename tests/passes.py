@@ -103,6 +103,12 @@ SINGLE_BACKEND: Final[Mapping[str, str]] = {
 }
 """Modules the rule marks `backend` that run on the Linux backend only, and why."""
 SINGLE_INTERPRETER: Final[Mapping[str, str]] = {
+    "tests.test_chaos": (
+        "the mix of watches, sweeps and kills at random moments: every part it reaches "
+        "inside exo runs on 3.13 in its own tests (test_parent_watch, test_clean_ending, "
+        "test_watchdog_loss); its 200 rounds load both cores, and outside the main pass "
+        "they ran beside the portable pass's timing tests"
+    ),
     "tests.test_exo_uv_install": "packaging: uv and the wheel, not the interpreter",
     "tests.test_dist": "packaging: the wheel carries the patches, test_patching applies them",
     "tests.test_doctor": (

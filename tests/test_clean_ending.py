@@ -19,7 +19,7 @@ import pytest
 
 from exo_orphan_guard import system
 from exo_orphan_guard.records import endings
-from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.records.registry import Registry, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.rig.scenario_worker import SHUTDOWN_SECONDS, RunnerKind
@@ -196,21 +196,34 @@ def test_a_tiny_busy_wait_still_lets_an_idle_runner_end_clean(
     assert ending.how == "clean", ending
 
 
-def test_a_tiny_grace_still_lets_an_idle_runner_end_clean(
+def test_a_tiny_grace_is_raised_to_the_floor_and_all_of_it_given(
     start_worker: StartWorker,
     notes: Path,
     isolated_environment: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Issue 27 item 3: taken as is, 0.0001 s killed the runner a moment after its
-    clean ending began ("did not finish within the 0.0001 s grace")."""
-    monkeypatch.setenv(settings.GRACE_ENV, "0.0001")  # raised to the floor
-    ended = end_worker(start_worker, ["idle"], notes, isolated_environment)
+    clean ending began ("did not finish within the 0.0001 s grace"). Whether an idle
+    runner's ending fits the floor is the machine's to say: most of it is the
+    interpreter's teardown, and beside eight busy loops per core it outgrows 0.5 s
+    (`make bench`'s floor section, issue 34). So this checks what no load changes."""
+    monkeypatch.setenv(settings.GRACE_ENV, "0.0001")
+    worker = start_worker(["idle"], notes=notes)
+    registry, _ = Registry.open(isolated_environment, create=False)
+    assert registry is not None
+    loaded, _ = registry.load()
+    # What the runner recorded is what it handed its watchdog.
+    assert [found.record.grace for found in loaded] == [settings.MIN_GRACE_SECONDS]
+    scenarios.kill_worker(worker)
+    ended = Ended(worker, notes, isolated_environment, GRACE + 1.5)
+    assert ended.after["idle"] is not None, "the idle runner was left alive"
     ending = ended.ending("idle")
-    assert ending.how == "clean", ending
-    after = ended.after["idle"]
-    assert after is not None and after < CLEAN_BOUND, after
-    assert ended.notes["idle"] == ["raised", "finally"]
+    if ending.how == "clean":
+        assert ended.notes["idle"] == ["raised", "finally"]
+    else:  # its clean ending began (step), and was given the whole floor
+        assert ending.step == "grace", ending
+        assert f"within the {settings.MIN_GRACE_SECONDS:g} s grace" in ending.why, ending
+        assert (ending.after_seconds or 0.0) >= settings.MIN_GRACE_SECONDS, ending
 
 
 @pytest.mark.usefixtures("graced")

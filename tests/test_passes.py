@@ -38,6 +38,17 @@ def test_every_exemption_leaves_a_pass_the_rule_gives(
         assert reason
 
 
+def test_what_runs_on_one_backend_runs_on_one_interpreter() -> None:
+    """The reasons that keep a module to one backend (an integration test whose parts
+    run again in their own tests, packaging) hold for the interpreter too: an import
+    that makes the rule mark it `py313` would run it twice more, in `pytest-common` and
+    on 3.13 (test_chaos did, beside the portable pass's timing tests, after it came to
+    import `tree_kill`). Only `WATCH_THROUGH_STAND_INS` puts one on 3.13 on purpose."""
+    for module in passes.SINGLE_BACKEND:
+        if module not in passes.WATCH_THROUGH_STAND_INS:
+            assert passes.passes_of(module) == set(), f"{module} belongs in SINGLE_INTERPRETER"
+
+
 def test_every_watch_test_through_stand_ins_needs_its_entry() -> None:
     for module in passes.WATCH_THROUGH_STAND_INS:
         assert passes.imported_modules(module), f"{module} does not exist"

@@ -48,7 +48,9 @@ warning and this). An idle runner's clean ending takes about 50 ms from its star
 its exit (the benchmark's p99, notice included, is about 100 ms); a grace of
 microseconds killed it a moment after it began, in the middle of releasing what it
 holds, which is worse than grace 0 (no clean ending, killed at once). Half a second
-leaves it room on a loaded machine, as the wedge bound does for the busy wait; exo's
+leaves it room on a loaded machine, as the wedge bound does for the busy wait (beside
+two busy loops per core every idle runner ended clean; beside eight, its interpreter's
+own teardown outgrew it: docs/benchmarks.md, the floor's section); exo's
 own shutdown (0.8-1.2 s) needs more, as the default gives. The floor suits the
 setting's other two uses too: a sweep waits after SIGTERM only until its targets are
 gone, so the floor delays only a process that outlives SIGTERM, and gives its handler
