@@ -37,9 +37,9 @@ from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from tests.helpers.exo_trees import COMMITS, SUPPORT, VERSION_IDS, exo_tree, exo_venv, exo_worker
+from tests.helpers.guardian import ended_line
 from tests.helpers.processes import describe, signal_masks
 from tests.helpers.waiting import wait_for_note
-from tests.test_exo_integration import ending_of
 
 # The guardian ends runners of every exo process it can see: confined only.
 pytestmark = [
@@ -271,7 +271,7 @@ def _check_ended(
     assert gone is not None, f"exo's runner outlived its worker: {state} {noted}\n" + (
         guardian.output()
     )
-    ending = ending_of(registry, runner)
+    ending = ended_line(registry, runner)
     after = gone - killed_at
     returns = [note["at"] for note in noted if note["event"] == "eval returned"]
     since = "".join(f" ({gone - at:.3f} s after its eval returned)" for at in returns)
