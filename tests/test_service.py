@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -449,16 +449,19 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
 def test_the_cli_runs_the_guardian_with_its_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     from exo_orphan_guard.guardian import service_run
 
-    asked: list[tuple[str, bool]] = []
+    asked: list[tuple[str, bool, tuple[int, ...]]] = []
 
-    def run(mode: str = "foreground", *, leave_when_idle: bool = False) -> int:
-        asked.append((mode, leave_when_idle))
+    def run(
+        mode: str = "foreground", *, leave_when_idle: bool = False, watch: Sequence[int] = ()
+    ) -> int:
+        asked.append((mode, leave_when_idle, tuple(watch)))
         return 7
 
     monkeypatch.setattr(service_run, "run", run)
-    assert cli.main(["service", "run", "--mode", "worker", "--leave-when-idle"]) == 7
+    worker = ["service", "run", "--mode", "worker", "--leave-when-idle", "--watch", "42"]
+    assert cli.main(worker) == 7
     assert cli.main(["service", "run"]) == 7
-    assert asked == [("worker", True), ("foreground", False)]
+    assert asked == [("worker", True, (42,)), ("foreground", False, ())]
     assert cli.main(["service", "run", "--mode", "daemon"]) == 2
 
 
