@@ -25,6 +25,7 @@ from exo_orphan_guard.rig.exo_runner import LOAD_SECONDS_ENV, OWN_SHUTDOWN_SECON
 from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.system.identity import ProcessIdentity
 from tests.conftest import StartWorker
+from tests.helpers.waiting import wait_for_note
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes through /proc")
 
@@ -89,6 +90,8 @@ def test_sigterm_from_a_live_worker_keeps_its_default_action_in_an_exo_runner(
     at once, as an unguarded one does (no handler, no Shutdown, no clean-up)."""
     worker = start_worker(["exoidle", "exoload"], watch="exo", notes=notes)
     by_kind = {runner.kind: runner.identity for runner in worker.runners}
+    # Loading, as a runner exo no longer wants may be (else SIGTERM can come first).
+    wait_for_note(notes, by_kind["exoload"].pid, "loading")
     asked = time.monotonic()
     for identity in by_kind.values():
         os.kill(identity.pid, signal.SIGTERM)
