@@ -92,6 +92,8 @@ class Guardian:
             {
                 settings.DIR_ENV: str(registry),
                 settings.BUSY_WAIT_ENV: f"{busy_wait!r}",
+                # The SIGINT wait is the busy wait, never below the grace.
+                settings.GRACE_ENV: "1",
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -134,7 +134,9 @@ def test_a_runner_in_a_long_native_call_is_ended_only_once_the_call_returns(
 def test_a_wedged_runner_is_killed_at_the_busy_wait(
     exo_python: str, notes: Path, isolated_environment: Path
 ) -> None:
-    with guardian(isolated_environment, EXO_ORPHAN_GUARD_BUSY_WAIT="1") as running:
+    with guardian(
+        isolated_environment, EXO_ORPHAN_GUARD_BUSY_WAIT="1", EXO_ORPHAN_GUARD_GRACE="1"
+    ) as running:
         worker = _start(["wedged"], exo_python, notes, isolated_environment)
         try:
             running.watching(worker.pid)

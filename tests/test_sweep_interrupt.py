@@ -20,7 +20,7 @@ from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.killing import FirstStep
 from exo_orphan_guard.sweeper.sweep_endings import ended_step, first_steps
 from exo_orphan_guard.sweeper.verdicts import Verdict
-from exo_orphan_guard.system import boot_id
+from exo_orphan_guard.system import boot_id, settings
 from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.system.process_facts import Pid
 from tests.helpers.cli import report_of, run_cli
@@ -83,6 +83,7 @@ def test_a_runner_that_does_not_take_sigint_is_killed_at_the_busy_wait(
     exo_python: str, notes: Path, isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("EXO_ORPHAN_GUARD_BUSY_WAIT", "1")
+    monkeypatch.setenv("EXO_ORPHAN_GUARD_GRACE", "1")
     worker = scenarios.start_worker(["wedged"], watch="none", python=exo_python, notes=notes)
     try:
         (runner,) = orphaned_runners(worker)
@@ -143,6 +144,13 @@ def test_only_unrecorded_exo_runners_get_sigint_and_the_busy_wait() -> None:
     assert [step.signal for step in first_steps([deaf], 10.0, 120.0).values()] == ["SIGTERM"]
     # Inside exo's worker (no interrupt wait): SIGTERM and the grace, as before.
     assert {s.signal for s in first_steps(verdicts, 10.0, None).values()} == {"SIGTERM"}
+
+
+def test_after_sigint_a_runner_has_the_busy_wait_and_never_less_than_the_grace() -> None:
+    assert settings.interrupt_bound(120.0, 10.0) == 120.0
+    # EXO_ORPHAN_GUARD_BUSY_WAIT=0 would kill a runner half-way through its unwinding.
+    assert settings.interrupt_bound(0.0, 10.0) == 10.0
+    assert settings.interrupt_bound(0.0, 0.0) == settings.WEDGE_SECONDS
 
 
 @pytest.mark.parametrize(

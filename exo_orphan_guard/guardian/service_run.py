@@ -139,13 +139,13 @@ class Guardian:
             if warning is not None:
                 say(warning)
         self._interval = interval.value
-        self._busy_bound = settings.busy_bound(busy.value)
         self._grace = grace.value
+        self._interrupt_wait = settings.interrupt_bound(busy.value, grace.value)
 
     def guard(self) -> None:
         say(
             f"watching for exo processes of uid {os.geteuid()} (pid {os.getpid()}, "
-            f"scan every {self._interval:g} s, busy wait {self._busy_bound:g} s, "
+            f"scan every {self._interval:g} s, SIGKILL {self._interrupt_wait:g} s after SIGINT, "
             f"registry {settings.registry_dir()})"
         )
         self._end(_FULL_SCAN, "start-up sweep")
@@ -270,7 +270,7 @@ class Guardian:
             lock_timeout=0.0,
             on_wait=say,
             stop=self._stop,
-            interrupt_wait=self._busy_bound,
+            interrupt_wait=self._interrupt_wait,
             by="guardian",
             locked=False,
             candidates=None if candidates is None else frozenset(candidates),

@@ -112,8 +112,8 @@ def sweep(
     `stop`, set from another thread, ends every wait: for the lock (nothing done), for
     a runner ending by itself (left to its watchdog, in `left_to_end`).
     `interrupt`: an unrecorded exo runner gets SIGINT instead of SIGTERM, and the busy
-    wait (EXO_ORPHAN_GUARD_BUSY_WAIT; with `wait_for_endings=False`, the grace) to
-    exit before SIGKILL.
+    wait (EXO_ORPHAN_GUARD_BUSY_WAIT, never less than the grace; with
+    `wait_for_endings=False`, the grace) to exit before SIGKILL.
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -131,7 +131,7 @@ def sweep(
         busy = settings.busy_wait_setting()
         if busy.warning is not None:
             warnings.append(busy.warning)
-        interrupt_wait = settings.busy_bound(busy.value) if wait_for_endings else grace
+        interrupt_wait = settings.interrupt_bound(busy.value, grace) if wait_for_endings else grace
     request = SweepRequest(
         options,
         dry_run,

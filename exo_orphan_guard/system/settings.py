@@ -175,6 +175,14 @@ def busy_bound(busy_wait: float) -> float:
     return busy_wait if busy_wait > 0 else WEDGE_SECONDS
 
 
+def interrupt_bound(busy_wait: float, grace: float) -> float:
+    """Seconds an exo runner has, after a SIGINT from outside, to exit before SIGKILL:
+    the busy wait (it may be in native code, taking SIGINT only when its call returns),
+    and never less than the grace, the time any runner gets for its clean ending
+    (unwinding an idle exo runner takes 0.4-1.4 s on exo's real runner)."""
+    return max(busy_bound(busy_wait), grace)
+
+
 def grace_setting() -> Parsed[float]:
     """EXO_ORPHAN_GUARD_GRACE: the runner's clean-ending bound and the default grace of
     `sweep` and `exec`."""
