@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import uuid
@@ -168,6 +169,11 @@ inner sessions, whose leak never leaves, set less."""
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     os.environ[SESSION_TAG] = uuid.uuid4().hex
+    # A suite started as a background job of a non-interactive shell (`make test &` in
+    # a script) inherits SIGINT ignored, and so would every runner it starts: runners
+    # that cannot take the guardian's SIGINT are another test's case, not every test's.
+    # A handler here becomes the default action in the processes the tests exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
