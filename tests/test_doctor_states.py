@@ -26,3 +26,27 @@ def test_a_stuck_runner_still_fails_beside_an_unknown_one() -> None:
 
 def test_nothing_stuck_is_ok() -> None:
     assert unkillable(()).status == "OK"
+
+
+def reads(*states: str | None) -> tuple[list[str | None], list[float]]:
+    """A stuck-state reader that answers `states` in turn, and the pauses taken."""
+    answers = list(states)
+    return answers, []
+
+
+def test_a_moment_in_uninterruptible_sleep_is_not_stuck() -> None:
+    answers, pauses = reads("D", None, None)
+    state = doctor.lasting_stuck_state(1, read=lambda _pid: answers.pop(0), pause=pauses.append)
+    assert state is None and pauses == [doctor.STUCK_READ_INTERVAL]
+
+
+def test_a_state_that_lasts_every_read_is_stuck() -> None:
+    answers, pauses = reads("D", "D", "D")
+    state = doctor.lasting_stuck_state(1, read=lambda _pid: answers.pop(0), pause=pauses.append)
+    assert state == "D" and len(pauses) == doctor.STUCK_READS - 1 and not answers
+
+
+def test_a_process_never_stuck_is_read_once() -> None:
+    answers, pauses = reads(None, "D")
+    state = doctor.lasting_stuck_state(1, read=lambda _pid: answers.pop(0), pause=pauses.append)
+    assert state is None and not pauses and answers == ["D"]

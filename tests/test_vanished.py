@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ class Stuck:
 def stuck_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stuck]:
     """A live orphan of the test's, whose details XNU would refuse."""
     rank = start_orphan(sleeper(TOKEN))
+    settle(rank.pid)
     stuck = Stuck(rank, tuple(psutil.Process(rank.pid).cmdline()))
     for method in ("memory_info", "cmdline", "exe"):
         refuse(monkeypatch, method, rank.pid)
@@ -68,6 +70,15 @@ def stuck_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stuck]:
     finally:
         monkeypatch.undo()
         kill_all([rank])
+
+
+def settle(pid: int) -> None:
+    """Wait until the rank sleeps: a loaded machine shows it in D while it pages in."""
+    process = psutil.Process(pid)
+    deadline = time.monotonic() + 30.0
+    while process.status() != psutil.STATUS_SLEEPING:
+        assert time.monotonic() < deadline, f"{pid} never settled: {process.status()}"
+        time.sleep(0.01)
 
 
 def refuse(monkeypatch: pytest.MonkeyPatch, method: str, victim: int) -> None:

@@ -11,7 +11,8 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
@@ -29,6 +30,9 @@ from ..system.process_facts import WiredMemory
 from . import bounds_check, hard_kills, rdma_ports, service_files, service_status, stranded_memory
 from .check import Check
 
+STUCK_READS: Final = 3
+STUCK_READ_INTERVAL: Final = 0.1
+"""Seconds between reads: a stuck state that lasts 0.2 s is not a page-in."""
 QUEUE_PAIRS_PER_DEVICE: Final = 10
 """Thunderbolt RDMA devices take about ten queue pairs each (mlx PR 4209)."""
 _DEFAULT_GRACE: Final = settings.Parsed(settings.DEFAULT_GRACE_SECONDS)
@@ -63,6 +67,27 @@ class NodeFacts:
     busy_wait: settings.Parsed[float] = _DEFAULT_BUSY_WAIT
 
 
+def lasting_stuck_state(
+    pid: int,
+    read: Callable[[int], str | None] = system.stuck_state,
+    pause: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """The stuck state `pid` shows in every one of a few reads, else None.
+
+    Any process passes through D for a moment while it pages in or writes: a loaded
+    machine showed a just-started sleeper in D. Only a state that lasts is worth the
+    reboot advice.
+    """
+    state = read(pid)
+    for _ in range(STUCK_READS - 1):
+        if state is None:
+            return None
+        pause(STUCK_READ_INTERVAL)
+        if read(pid) != state:
+            return None
+    return state
+
+
 def gather(exo_tree: Path | None) -> NodeFacts:
     patch_status: patching.TreeStatus | None = None
     patch_error: str | None = None
@@ -90,7 +115,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
     stuck = tuple(
         (pid, state)
         for pid in sorted(suspects | exiting | {runner.pid for runner in runners})
-        if (state := system.stuck_state(pid) or ("?" if pid in exiting else None)) is not None
+        if (state := lasting_stuck_state(pid) or ("?" if pid in exiting else None)) is not None
     )
     seen = (
         ()
