@@ -58,8 +58,7 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
         directory = series.directory.relative_to(patching.PATCHES_DIR.parents[2]).as_posix()
         for patch_name, _ in series.diffs:
             assert f"{directory}/{patch_name}" in names
-        if not series.earlier:
-            assert f"{directory}/{patching.COVER_LETTER}" in names
+        assert f"{directory}/{patching.COVER_LETTER}" in names
     for path in placement.new_files():  # what the series adds to exo's tree
         assert f"exo_orphan_guard/exo/exo_tree/{path}" in names
 

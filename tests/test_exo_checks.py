@@ -12,8 +12,6 @@ The tools go into a venv of their own under .cache/exo-tools (pip, once).
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.exo import anchors, patching, uv_project
+from exo_orphan_guard.exo import anchors, patching
 
 from .helpers.dist import locked
 from .helpers.exo_trees import COMMITS, REPO, SERIES_VERSIONS, exo_src, mlx_lm_src, patch_tree
@@ -93,10 +91,6 @@ def files_of(tree: Path) -> dict[str, bytes]:
         for path in tree.rglob("*")
         if path.is_file() and ".git" not in path.relative_to(tree).parts
     }
-
-
-def changed_python_files(series: patching.Series) -> list[str]:
-    return [path for path in series.files if path.endswith(".py")]
 
 
 def exo_python(tree: Path, venv_cache: Path) -> Path:
@@ -171,25 +165,6 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
     checked = basedpyright(tools, tree, python, files, package_path)
     assert checked.returncode != 0 and "reportCallIssue" in checked.stdout, checked.stdout
     bootstrap.write_text(text)
-    if version in SERIES_VERSIONS:
-        # And on release 0.1.0's series (its hooks module: reportAny).
-        patching.revert(tree)
-        first = release_0_1_0_series(version)
-        patching._change(tree, [(first, False)])  # pyright: ignore[reportPrivateUsage]
-        checked = basedpyright(tools, tree, python, changed_python_files(first), None)
-        assert checked.returncode != 0 and "reportAny" in checked.stdout, checked.stdout
-
-
-def release_0_1_0_series(version: str) -> patching.Series:
-    """The bare diffs release 0.1.0 wrote (`patches/earlier/1/`)."""
-    return next(
-        series
-        for series in patching.load_series()
-        if series.earlier
-        and series.name == version
-        and series.directory is not None
-        and series.directory.parent.name == "1"
-    )
 
 
 @versions
@@ -229,7 +204,7 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
         text=True,
         check=True,
     ).stdout.splitlines()
-    series = next(s for s in patching.load_series() if s.name == version and not s.earlier)
+    series = next(s for s in patching.load_series() if s.name == version)
     # --source also writes the extra and its source into pyproject.toml (the series
     # itself no longer names the package: issue 29).
     assert {line[3:] for line in status} == {*series.files, "pyproject.toml"}, status
@@ -244,57 +219,3 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
         ).stdout
         == ""
     )
-
-
-def patch_as_release_0_1_0_did(tree: Path, version: str) -> None:
-    """The earlier release's bare diffs and `--source`, its undo record in the tree."""
-    earlier = release_0_1_0_series(version)
-    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
-    pyproject = (tree / uv_project.PYPROJECT).read_bytes()
-    updated = uv_project.with_source(pyproject, uv_project.validate_source(REPO))
-    (tree / uv_project.PYPROJECT).write_bytes(updated)
-    record = {
-        uv_project.PYPROJECT: {
-            "before": base64.b64encode(pyproject).decode(),
-            "after_sha256": uv_project.digest(updated),
-        }
-    }
-    (tree / uv_project.LEGACY_UNDO_FILE).write_text(json.dumps(record))
-
-
-def git_status(tree: Path) -> list[str]:
-    return subprocess.run(
-        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=all"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-
-
-@versions
-def test_a_tree_release_0_1_0_patched_is_reverted_or_upgraded(version: str, tmp_path: Path) -> None:
-    from exo_orphan_guard.exo import patch_command
-
-    reverted = pristine(tmp_path / "revert", version)
-    original = files_of(reverted)
-    patch_as_release_0_1_0_did(reverted, version)
-    lines: list[str] = []
-    assert patch_command.run("check", reverted, None, say=lines.append) == 0
-    assert lines[0].startswith(f"series {version} (an earlier release's) fits")
-    patch_command.run("revert", reverted, None, say=lines.append)
-    assert files_of(reverted) == original and git_status(reverted) == []
-
-    upgraded = pristine(tmp_path / "upgrade", version)
-    fresh = pristine(tmp_path / "fresh", version)
-    patch_as_release_0_1_0_did(upgraded, version)
-    patch_command.run("apply", upgraded, None, lock=False, say=lines.append)
-    patching.apply(fresh)
-    without_sources = {
-        path: content for path, content in files_of(upgraded).items() if path != "pyproject.toml"
-    }
-    assert without_sources == {
-        path: content for path, content in files_of(fresh).items() if path != "pyproject.toml"
-    }
-    assert not (upgraded / uv_project.LEGACY_UNDO_FILE).exists()
-    patch_command.run("revert", upgraded, None, say=lines.append)
-    assert files_of(upgraded) == original and git_status(upgraded) == [], lines

@@ -30,7 +30,7 @@ from .helpers.dist import Dist, built_dist, wheelhouse
 from .test_patching import build_tree, snapshot
 
 UV = Path(sys.executable).parent / "uv"
-SERIES = next(s for s in patching.load_series() if s.name == "v1.0.71" and not s.earlier)
+SERIES = next(s for s in patching.load_series() if s.name == "v1.0.71")
 
 EXO_LIKE_PYPROJECT = """\
 [project]

@@ -88,7 +88,6 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     pyproject = (tree / "pyproject.toml").read_bytes()
     assert uv_project.declared_source(pyproject) == str(wheel)
     assert uv_project.undo_path(tree).exists()
-    assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()
 
     code, out, _ = run(capsys, "patch", "check", "--exo", str(tree))
     assert (code, out[1:]) == (
@@ -265,23 +264,6 @@ def test_a_worktree_keeps_its_undo_record_in_the_git_directory_its_git_file_name
     tree.mkdir()
     (tree / ".git").write_text(f"gitdir: {gitdir}\n")
     assert uv_project.undo_path(tree) == gitdir / uv_project.UNDO_NAME
-
-
-def test_a_record_left_in_the_tree_by_an_earlier_release_is_read_and_moved_out(
-    tmp_path: Path, wheel: Path, no_uv: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    tree = exo_tree(tmp_path)
-    before = snapshot(tree)
-    run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
-    # What 0.1.0 left: the same record, at the root of the tree.
-    uv_project.undo_path(tree).rename(tree / uv_project.LEGACY_UNDO_FILE)
-    code, out, _ = run(capsys, "patch", "check", "--exo", str(tree))
-    assert code == 0
-    assert out[-1] == f"undo record: {tree / uv_project.LEGACY_UNDO_FILE} (what revert puts back)"
-    code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
-    assert (code, out[0]) == (0, "source: exo-orphan-guard entry removed")
-    assert not (tree / uv_project.LEGACY_UNDO_FILE).exists()
-    assert snapshot(tree) == before
 
 
 def test_the_extra_is_added_once_at_the_end_of_its_table_or_in_a_new_one() -> None:

@@ -18,7 +18,7 @@ from exo_orphan_guard.exo.patch_format import (
 )
 from exo_orphan_guard.tools import cli
 
-SERIES = [series for series in patching.load_series() if not series.earlier]
+SERIES = patching.load_series()
 SERIES_NAMES = [series.name for series in SERIES]
 
 
@@ -272,20 +272,6 @@ def test_each_shipped_patch_is_a_format_patch_with_a_subject_and_a_message() -> 
             assert len(body.split()) > 30, f"{patch}: the message says too little"
 
 
-def test_the_earlier_release_series_are_kept_for_revert() -> None:
-    """Both generations, oldest first: the bare diffs of 0.1.0, then the seven patches."""
-    earlier = [series for series in patching.load_series() if series.earlier]
-    assert [series.name for series in earlier] == SERIES_NAMES * 2
-    assert [len({name for name, _ in series.diffs}) for series in earlier] == [7, 7, 7, 7]
-    assert all("pyproject.toml" in series.files for series in earlier)
-    assert [series.directory and series.directory.parent.name for series in earlier] == [
-        "1",
-        "1",
-        "2",
-        "2",
-    ]
-
-
 def test_the_cover_letter_says_the_extra_is_not_in_the_series() -> None:
     for name in SERIES_NAMES:
         cover = (patching.PATCHES_DIR / name / patching.COVER_LETTER).read_text()
@@ -319,28 +305,6 @@ def test_the_hooks_module_passes_ruff_with_exos_rules(tmp_path: Path, name: str)
             check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-
-
-EARLIER = [series for series in patching.load_series() if series.earlier]
-
-
-@pytest.mark.parametrize(
-    "earlier", EARLIER, ids=[f"{n}-{s.name}" for n, s in zip((1, 1, 2, 2), EARLIER, strict=True)]
-)
-def test_a_tree_an_earlier_release_patched_is_named_and_reverted_byte_for_byte(
-    tmp_path: Path, earlier: patching.Series, capsys: pytest.CaptureFixture[str]
-) -> None:
-    series = earlier
-    original = build_tree(tmp_path, earlier)
-    patching._change(tmp_path, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
-    status = patching.check(tmp_path)
-    assert status.series == earlier and status.state == "applied"
-    assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 0
-    line = capsys.readouterr().out.splitlines()[0]
-    assert line == f"series {series.name} (an earlier release's) fits {tmp_path}: applied"
-    status, changed = patching.revert(tmp_path)
-    assert changed and status.series == earlier
-    assert snapshot(tmp_path) == original
 
 
 def test_export_writes_the_series_and_its_cover_letter_and_says_why(

@@ -271,7 +271,7 @@ def test_exo_releases_the_stored_series_does_not_fit_are_placed(
     tree = tmp_path / "exo"
     original = archived(revision, tree)
     # The stored series its supervisor file picks does not fit it: placement does.
-    current, _ = patching._series_for(tree, patching.load_series())  # pyright: ignore[reportPrivateUsage]
+    current = patching._series_for(tree, patching.load_series())  # pyright: ignore[reportPrivateUsage]
     assert current is not None
     contents = {path: original.get(path) for path in current.files}
     fits = patching._try(current.diffs, contents, reverse=False)  # pyright: ignore[reportPrivateUsage]
@@ -316,27 +316,6 @@ def test_the_stored_series_is_what_placement_writes_for_its_tree(tmp_path: Path,
     status, _ = patching.apply(tree)
     assert status.series.name == name  # the stored series, not placement
     assert all(snapshot(tree).get(path) == data for path, data in placed.patched.items())
-
-
-@NEEDS_EXO
-def test_a_real_tree_the_seven_patch_series_patched_is_replaced_and_reverts(
-    tmp_path: Path,
-) -> None:
-    tree = tmp_path / "exo"
-    original = archived("b5375f8cee43", tree)
-    earlier = next(
-        s
-        for s in patching.load_series()
-        if s.earlier and s.name == "main" and s.directory and s.directory.parent.name == "2"
-    )
-    patching._change(tree, [(earlier, False)])  # pyright: ignore[reportPrivateUsage]
-    assert b"orphan-guard" in (tree / "pyproject.toml").read_bytes()
-    assert patching.check(tree).series == earlier
-    status, changed = patching.apply(tree)
-    assert changed and status.series.name == "main" and not status.series.earlier
-    assert b"orphan-guard" not in (tree / "pyproject.toml").read_bytes()
-    assert patching.revert(tree)[1] is True
-    assert snapshot(tree) == original
 
 
 def test_format_patch_counts_and_blob_ids_are_gits(tmp_path: Path) -> None:

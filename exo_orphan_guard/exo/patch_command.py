@@ -105,16 +105,7 @@ def _apply(tree: Path, source: Source | None, lock: bool, say: Callable[[str], N
     if fresh:
         # A record left from an earlier, since reverted, round no longer applies.
         undo = {}
-    replaced = status.series if status.series.earlier else None
     status, changed = patching.apply(tree)
-    if replaced is not None and PYPROJECT in undo:
-        # The earlier series' own lines in pyproject.toml (its extra) went with it: its
-        # undo record, kept, must give back the file without them, and know it as now.
-        saved = undo[PYPROJECT]
-        before = saved.before
-        if before is not None:
-            before = patching.without_series(replaced, PYPROJECT, before) or before
-        undo[PYPROJECT] = Saved(before, digest(_read(tree / PYPROJECT) or b""))
     files = len(status.series.files)
     done = "applied" if changed else "already applied: nothing changed"
     say(f"series {status.series.label} ({files} files) {done} in {tree}")
@@ -212,7 +203,7 @@ def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
         files = _stored(name)
         default = name
     else:
-        if status.series.earlier or status.series.name == patching.PLACED:
+        if status.series.name == patching.PLACED:
             say(
                 f"series {patching.PLACED}: {tree} is not an exo the stored series was "
                 "written for: the same hooks, placed at its anchors"

@@ -6,12 +6,10 @@ is the ordered patches in `patches/<name>/`: `git format-patch` files (`git am`
 takes them as they are), and a cover letter that is not applied. The stored series
 fits the two trees it was written for (exo main and v1.0.71, told apart by their
 supervisor file); every other tree whose anchors `ast` finds gets the same lines
-placed at the anchors (`placement`), as a series computed for that tree. A tree
-that an earlier release patched (`patches/earlier/<generation>/<name>/`: `1` the
-bare diffs of release 0.1.0, `2` the seven-patch series) is found too: revert takes
-it back, apply replaces it. All files are patched in memory first; only if every
-hunk applies is anything written, and a failed write puts back what was already
-written. Reverting applies the series backwards, which restores the original bytes.
+placed at the anchors (`placement`), as a series computed for that tree. All files
+are patched in memory first; only if every hunk applies is anything written, and a
+failed write puts back what was already written. Reverting applies the series
+backwards, which restores the original bytes.
 
 A tree without the anchors is refused with what `refusal` finds out about it: the
 anchor, exo's version, local edits only where git sees them, and what to do.
@@ -36,9 +34,6 @@ from .patch_format import (
 )
 
 PATCHES_DIR: Final = Path(__file__).resolve().parent / "patches"
-EARLIER: Final = "earlier"
-"""The subdirectory with the series earlier releases wrote into trees, one
-subdirectory per generation (`1`: bare diffs; `2`: the seven-patch series)."""
 PLACED: Final = "anchors"
 """The name of a series computed for a tree the stored one does not fit."""
 COVER_LETTER: Final = "0000-cover-letter.patch"
@@ -72,8 +67,6 @@ class Series:
     name: str
     diffs: tuple[tuple[str, FileDiff], ...]
     """(patch file name, file diff), in application order."""
-    earlier: bool = False
-    """An earlier release's series: found and reverted, never applied."""
     directory: Path | None = None
     """Where its patches are (None: computed for one tree, `placed_series`)."""
 
@@ -81,7 +74,7 @@ class Series:
     def label(self) -> str:
         if self.name == PLACED:
             return "placed at the anchors"
-        return f"{self.name} (an earlier release's)" if self.earlier else self.name
+        return self.name
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -96,20 +89,8 @@ class TreeStatus:
 
 
 def load_series(root: Path = PATCHES_DIR) -> list[Series]:
-    """The current series, then the earlier ones, oldest generation first (where `root`
-    has them; at most one is in a tree, so the order only decides what is tried first)."""
-    series = [_load(root / name, name, earlier=False) for name in SERIES_MARKERS]
-    generations = sorted(
-        (path for path in (root / EARLIER).glob("*") if path.is_dir()),
-        key=lambda path: (len(path.name), path.name),
-    )
-    series += [
-        _load(generation / name, name, earlier=True)
-        for generation in generations
-        for name in SERIES_MARKERS
-        if (generation / name).is_dir()
-    ]
-    return series
+    """The stored series, one for each exo version in `SERIES_MARKERS`."""
+    return [_load(root / name, name) for name in SERIES_MARKERS]
 
 
 def patch_files(directory: Path) -> list[Path]:
@@ -117,7 +98,7 @@ def patch_files(directory: Path) -> list[Path]:
     return [patch for patch in sorted(directory.glob("*.patch")) if patch.name != COVER_LETTER]
 
 
-def _load(directory: Path, name: str, *, earlier: bool) -> Series:
+def _load(directory: Path, name: str) -> Series:
     diffs: list[tuple[str, FileDiff]] = []
     for patch in patch_files(directory):
         try:
@@ -126,23 +107,19 @@ def _load(directory: Path, name: str, *, earlier: bool) -> Series:
             raise PatchError(f"{patch}: not a usable patch ({error})") from error
     if not diffs:
         raise PatchError(f"no patches in {directory}: the installation is incomplete")
-    return Series(name, tuple(diffs), earlier, directory)
+    return Series(name, tuple(diffs), directory)
 
 
 def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
-    """Which series fits `tree` and whether it is applied; PatchError otherwise. A tree
-    an earlier release patched is "applied" with that release's series."""
+    """Which series fits `tree` and whether it is applied; PatchError otherwise."""
     chosen = all_series if all_series is not None else load_series()
-    current, earlier = _series_for(tree, chosen)
+    current = _series_for(tree, chosen)
     if current is not None:
         originals = _read(tree, current.files)
         if isinstance(_try(current.diffs, originals, reverse=False), dict):
             return TreeStatus(current, "not applied")
         if isinstance(_try(current.diffs, originals, reverse=True), dict):
             return TreeStatus(current, "applied")
-    for series in earlier:
-        if isinstance(_try(series.diffs, _read(tree, series.files), reverse=True), dict):
-            return TreeStatus(series, "applied")
     placed = placement.placement(_read(tree, placement.inputs()))
     if isinstance(placed, placement.Placed):
         return TreeStatus(placed_series(placed), placed.state)
@@ -187,27 +164,17 @@ PATCH_NAMES: Final = (
 
 
 def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
-    """Apply the fitting series; (status, changed). Already applied: nothing changes.
-    An earlier release's series is replaced by the current one, in one write."""
-    chosen = all_series if all_series is not None else load_series()
-    status = check(tree, chosen)
-    if status.state == "applied" and not status.series.earlier:
+    """Apply the fitting series; (status, changed). Already applied: nothing changes."""
+    status = check(tree, all_series)
+    if status.state == "applied":
         return status, False
-    paths = tuple(dict.fromkeys([*status.series.files, *placement.inputs()]))
-    originals = _read(tree, paths)
-    contents: dict[str, bytes | None] = dict(originals)
-    current = status.series
-    if status.series.earlier:
-        contents.update(_applied(status.series, contents, reverse=True))
-        current = _fitting(tree, chosen, contents)
-    contents.update(_applied(current, contents, reverse=False))
-    _write_all(tree, originals, contents)
-    return TreeStatus(current, "applied"), True
+    _change(tree, status.series, reverse=False)
+    return TreeStatus(status.series, "applied"), True
 
 
 def footprint(tree: Path, all_series: Sequence[Series] | None = None) -> placement.Placed:
     """The tree without the hooks and with them, whichever series is in it (the stored
-    one, an earlier release's, or none): what `export` writes as a series."""
+    one, one placed at the anchors, or none): what `export` writes as a series."""
     status = check(tree, all_series)
     contents = _read(tree, tuple(dict.fromkeys([*status.series.files, *placement.inputs()])))
     if status.state == "applied":
@@ -218,36 +185,20 @@ def footprint(tree: Path, all_series: Sequence[Series] | None = None) -> placeme
     return placed
 
 
-def _fitting(
-    tree: Path, all_series: Sequence[Series], contents: Mapping[str, bytes | None]
-) -> Series:
-    """The current series for a tree as `contents` has it, not applied."""
-    current, _ = _series_for(tree, all_series)
-    if current is not None and isinstance(_try(current.diffs, contents, reverse=False), dict):
-        return current
-    placed = placement.placement(contents)
-    if isinstance(placed, placement.Problem) or placed.state == "applied":
-        reason = placed.reason if isinstance(placed, placement.Problem) else "hooks in"
-        raise PatchError(f"the tree an earlier release patched, taken back, has {reason}")
-    return placed_series(placed)
-
-
 def revert(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
     """Revert the fitting series to the original bytes; not applied: nothing changes."""
     status = check(tree, all_series)
     if status.state == "not applied":
         return status, False
-    _change(tree, [(status.series, True)])
+    _change(tree, status.series, reverse=True)
     return TreeStatus(status.series, "not applied"), True
 
 
-def _change(tree: Path, steps: Sequence[tuple[Series, bool]]) -> None:
-    """Each (series, reverse) in turn, in memory, then one write of every file."""
-    paths = tuple(dict.fromkeys(path for series, _ in steps for path in series.files))
-    originals = _read(tree, paths)
+def _change(tree: Path, series: Series, *, reverse: bool) -> None:
+    """The series (backwards, for `reverse`) in memory, then one write of every file."""
+    originals = _read(tree, series.files)
     contents: dict[str, bytes | None] = dict(originals)
-    for series, reverse in steps:
-        contents.update(_applied(series, contents, reverse=reverse))
+    contents.update(_applied(series, contents, reverse=reverse))
     _write_all(tree, originals, contents)
 
 
@@ -272,16 +223,13 @@ def chosen_for(tree: Path) -> tuple[str, str]:
     return name, f"{tree} has {SERIES_MARKERS[name]}, which only exo {name} has"
 
 
-def _series_for(tree: Path, all_series: Sequence[Series]) -> tuple[Series | None, list[Series]]:
-    """The current stored series that fits `tree` by its supervisor file (None: neither
-    or both files), and the earlier ones of that version."""
+def _series_for(tree: Path, all_series: Sequence[Series]) -> Series | None:
+    """The stored series that fits `tree` by its supervisor file (None: neither or both
+    files)."""
     if not (tree / EXO_MARKER).is_file():
         raise PatchError(f"{tree} is not an exo source tree (no {EXO_MARKER})")
     fitting = [series for series in all_series if (tree / SERIES_MARKERS[series.name]).is_file()]
-    current = [series for series in fitting if not series.earlier]
-    if len({series.name for series in current}) != 1:
-        return None, []
-    return current[0], [series for series in fitting if series.earlier]
+    return fitting[0] if len(fitting) == 1 else None
 
 
 def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
@@ -294,15 +242,6 @@ def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
         except OSError as error:
             raise PatchError(f"cannot read {tree / path}: {error.strerror}") from error
     return contents
-
-
-def without_series(series: Series, path: str, content: bytes) -> bytes | None:
-    """`content` of `path` with `series`' changes to that file taken back out (an
-    earlier release's lines in a copy its undo record kept); None if they are not in
-    it as the series wrote them."""
-    diffs = tuple((name, diff) for name, diff in series.diffs if diff.path == path)
-    result = _try(diffs, {path: content}, reverse=True)
-    return None if isinstance(result, _Failure) else result[path]
 
 
 @final

@@ -39,8 +39,6 @@ PYPROJECT: Final = "pyproject.toml"
 LOCK: Final = "uv.lock"
 UNDO_NAME: Final = "orphan-guard-undo.json"
 """What apply's source entry and `uv lock` replaced (`undo_path`)."""
-LEGACY_UNDO_FILE: Final = ".orphan-guard-undo.json"
-"""Where releases up to 0.1.0 kept the record: at the root of the exo tree."""
 UV_TIMEOUT_SECONDS: Final = 600.0
 _KEY_LINE: Final = re.compile(rb"^exo-orphan-guard\s*=")
 _DIST_NAME: Final = re.compile(r"^exo[_-]orphan[_-]guard-\d", re.IGNORECASE)
@@ -210,24 +208,19 @@ def undo_path(tree: Path) -> Path:
 
 
 def undo_record(tree: Path) -> Path | None:
-    """The record apply left for `tree`, where it is (an earlier release's too)."""
-    for path in (undo_path(tree), tree / LEGACY_UNDO_FILE):
-        if path.is_file():
-            return path
-    return None
+    """The record apply left for `tree`, if there is one."""
+    path = undo_path(tree)
+    return path if path.is_file() else None
 
 
 def read_undo(tree: Path) -> dict[str, Saved]:
-    """The record apply left (where an earlier release left it, too); empty if there
-    is none or it is unreadable (then revert leaves both files as they are and says
-    so)."""
-    for path in (undo_path(tree), tree / LEGACY_UNDO_FILE):
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        return _parse_undo(raw)
-    return {}
+    """The record apply left; empty if there is none or it is unreadable (then revert
+    leaves both files as they are and says so)."""
+    try:
+        raw = json.loads(undo_path(tree).read_text())
+    except (OSError, ValueError):
+        return {}
+    return _parse_undo(raw)
 
 
 def _parse_undo(raw: object) -> dict[str, Saved]:
@@ -247,10 +240,8 @@ def _parse_undo(raw: object) -> dict[str, Saved]:
 
 
 def write_undo(tree: Path, saved: Mapping[str, Saved]) -> None:
-    """Keep `saved` for revert (none: forget it); an earlier release's record in the
-    work tree goes either way."""
+    """Keep `saved` for revert (none: forget it)."""
     target = undo_path(tree)
-    (tree / LEGACY_UNDO_FILE).unlink(missing_ok=True)
     if not saved:
         target.unlink(missing_ok=True)
         return

@@ -50,7 +50,7 @@ v1.0.65, a `Runner` class in `llm_inference/` from v1.0.69), and main."""
 SERIES_VERSIONS = ("v1.0.71", "main")
 """Where a stored series fits (`patches/<version>/`); `patch apply` places the same
 hooks at the anchors of the others. The checks of the stored files themselves (`git
-am`, trees an earlier release patched, `--source` on exo's uv project) run here."""
+am`, `--source` on exo's uv project) run here."""
 
 VERSION_IDS = {**{version: version for version in COMMITS}, "v1.0.65": "v1.0.65-pypi-mlx-lm"}
 """Test ids: v1.0.65's says its mlx-lm is PyPI's 0.30.4, not the fork its uv.lock
