@@ -16,13 +16,7 @@ from ._version import __version__
 # Also what PyInstaller's import analysis follows (it reads these statements, though
 # they never run): exo's frozen app bundles every module the names below need.
 if TYPE_CHECKING:
-    from .exo.worker import (
-        FailureDiagnosis,
-        diagnose_runner_failure,
-        prepare_worker,
-        sweep_at_worker_start,
-        worker_sweep,
-    )
+    from .exo.worker import prepare_worker
     from .sweeper.killing import KillResult
     from .sweeper.sweep_report import SweepReport
     from .sweeper.sweeping import sweep, sweep_async
@@ -32,36 +26,28 @@ if TYPE_CHECKING:
     from .watch.worker_gone import WorkerGone
 
 _HOMES: Final = {
-    "FailureDiagnosis": "exo.worker",
     "KillResult": "sweeper.killing",
     "SweepReport": "sweeper.sweep_report",
     "Verdict": "sweeper.verdicts",
     "WorkerGone": "watch.worker_gone",
     "ending_cleanly": "watch.clean_ending",
-    "diagnose_runner_failure": "exo.worker",
     "guard_runner": "watch.runner_watch",
     "prepare_worker": "exo.worker",
     "sweep": "sweeper.sweeping",
     "sweep_async": "sweeper.sweeping",
-    "sweep_at_worker_start": "exo.worker",
-    "worker_sweep": "exo.worker",
 }
 
 __all__ = [
-    "FailureDiagnosis",
     "KillResult",
     "SweepReport",
     "Verdict",
     "WorkerGone",
     "__version__",
-    "diagnose_runner_failure",
     "ending_cleanly",
     "guard_runner",
     "prepare_worker",
     "sweep",
     "sweep_async",
-    "sweep_at_worker_start",
-    "worker_sweep",
 ]
 
 

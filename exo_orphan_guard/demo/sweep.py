@@ -5,7 +5,7 @@ environment that looks like exo's and has two runners: an idle one, and rank 0 o
 MLX group waiting inside `mx.distributed.init()` for its peer. It is SIGKILLed. The
 real command line lists the orphans and explains the error the next runner would hit.
 Then a new worker starts with the guard on: its start-up sweep
-(`sweep_at_worker_start()`, the hook exo's `Worker.run` calls) kills the leftovers and
+(the one exo's worker hook, `guard_exo_worker()`, runs) kills the leftovers and
 logs them, and the next group forms on the same ports. `doctor` closes the demo.
 """
 
@@ -54,7 +54,7 @@ def startup_sweep(scratch: Path) -> bool:
         print("\nOn a Mac with RDMA, the next runner on this node would now fail like this:")
         _show_cli(["explain", RTR_ERROR], registry, guard=False)
         print("\nA new worker starts with the guard on (EXO_ORPHAN_GUARD=1). Its first act is")
-        print("the start-up sweep, sweep_at_worker_start(), as in exo's Worker.run (without")
+        print("the start-up sweep, as exo's worker hook guard_exo_worker() runs it (without")
         print("it, the new group would hang on the orphan as in section 3). exo's log:")
         started_at = time.monotonic()
         new = ring_scenario.start_group(

@@ -5,9 +5,9 @@ still inside `mx.distributed.init()` when its worker dies keeps its listening so
 and its connection attempts, and the next group on the same ports hangs without a
 word, the way a node with an orphan holding queue pairs fails RTR. The scenario: a
 worker starts rank 0 alone (so it sits in init, holding the GIL), is SIGKILLed, and
-a new worker starts ranks 0 and 1 on the same ports. A worker can also run exo's
-start-up sweep hook before it spawns anything (`sweep_first`), and spawn idle runners
-beside its ranks, as a node serving another model would have.
+a new worker starts ranks 0 and 1 on the same ports. A worker can also run the
+start-up sweep of exo's worker hook before it spawns anything (`sweep_first`), and
+spawn idle runners beside its ranks, as a node serving another model would have.
 
     python -m exo_orphan_guard.rig.ring_scenario '<GroupSpec JSON>'   # the worker
 """
@@ -54,8 +54,8 @@ class GroupSpec(TypedDict):
     idle_runners: NotRequired[int]
     """Spawned before the ranks; they only sleep."""
     sweep_first: NotRequired[bool]
-    """Run `sweep_at_worker_start()` (exo's hook in Worker.run) before spawning, relaying
-    its log lines as `LogReport`s."""
+    """Run the start-up sweep of exo's worker hook (`guard_exo_worker`) before spawning,
+    relaying its log lines as `LogReport`s."""
     hold_mb: NotRequired[int]
     """Once the group has formed, each rank holds this much in MLX arrays."""
     then: NotRequired[RankBehaviour]
@@ -201,20 +201,25 @@ def worker_main(spec: GroupSpec) -> None:
 
 
 def _sweep_at_start() -> None:
-    """What exo's patched `Worker.run` does first; its log lines go to stdout as reports."""
-    import anyio
+    """The start-up sweep exo's worker hook runs (`guard_exo_worker`, which also starts a
+    guardian, left out here), logged as it logs it; its log lines go to stdout as
+    reports. Awaited here before any rank starts."""
     from loguru import logger
 
-    from exo_orphan_guard import sweep_at_worker_start
+    from exo_orphan_guard import sweep
+    from exo_orphan_guard.exo.worker import log_report
 
     def relay(message: Message) -> None:
         record = message.record
         line = LogReport(event="log", level=record["level"].name, message=record["message"])
         print(json.dumps(line), flush=True)
 
+    def waiting(line: str) -> None:
+        logger.warning(f"orphan guard: sweep before worker start: {line}")
+
     logger.remove()
     logger.add(relay, level="INFO", format="{message}")
-    anyio.run(sweep_at_worker_start)
+    log_report(sweep(on_wait=waiting), "worker start")
 
 
 @final
