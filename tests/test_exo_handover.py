@@ -112,8 +112,6 @@ def test_every_byte_on_the_runners_pipes_to_its_watchdog_means_one_thing() -> No
         clean_ending.SHUTTING_DOWN,
         clean_ending.SHELTER_LEFT,
         clean_ending.HEARTBEAT,
-        clean_ending.HANDED_OVER,
-        clean_ending.TAKEN,
         clean_ending.RAISED,
         *notice_check.NEWS,
     ]

@@ -408,7 +408,7 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
     assert registry is not None
     log = registry.path / endings.ENDINGS_NAME
     seen: list[tuple[int, endings.How, endings.Step, endings.By]] = [
-        (1001, "clean", "shutdown", "guardian"),
+        (1001, "clean", "interrupt", "guardian"),
         (1002, "killed", "grace", "guardian"),
         (1003, "clean", "worker_gone", "watchdog"),
     ]
@@ -426,7 +426,7 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
         assert said[1].startswith(f"running:   yes, pid {guardian.pid} since ")
         assert said[1].endswith(" (service mode, version 0.0.test)")
         assert said[2] == (
-            "ended:     2 runner(s) since boot: 1 clean (shutdown 1), 1 killed (grace 1)"
+            "ended:     2 runner(s) since boot: 1 clean (interrupt 1), 1 killed (grace 1)"
         )
         assert service.status(context, as_json=True) == 0
         document = json.loads(capsys.readouterr().out)
@@ -436,7 +436,7 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
             "runners": 2,
             "clean": 1,
             "killed": 1,
-            "steps": {"clean/shutdown": 1, "killed/grace": 1},
+            "steps": {"clean/interrupt": 1, "killed/grace": 1},
         }
     # SIGKILLed: its guardian.json stays behind and names a process that is gone.
     assert (registry.path / "guardian.json").is_file()

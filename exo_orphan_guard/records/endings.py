@@ -44,9 +44,8 @@ Gil = Literal["held", "free"]
 How = Literal["clean", "killed"]
 By = Literal["watchdog", "watch", "sweep", "exec", "guardian"]
 BYS: Final[tuple[By, ...]] = get_args(By)
-Step = Literal["shutdown", "worker_gone", "exit", "interrupt", "busy_wait", "grace", "at_once"]
-"""`ended` only: which step of the ending ended the runner. `shutdown`: its program's
-own Shutdown, handed to it on its task stream (exo's runners); `worker_gone`: the
+Step = Literal["worker_gone", "exit", "interrupt", "busy_wait", "grace", "at_once"]
+"""`ended` only: which step of the ending ended the runner. `worker_gone`: the
 `WorkerGone` raised on its main thread; `exit`: it exited with neither; `interrupt`:
 it exited through Python after a SIGINT from outside (a sweep's or the guardian's);
 `busy_wait`: killed, its main thread still in native code; `grace`: killed, its clean

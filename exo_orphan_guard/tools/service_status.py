@@ -94,7 +94,7 @@ def ended_by_guardian(seen: Sequence[Ending]) -> tuple[Ending, ...]:
 
 
 def endings_summary(ended: Sequence[Ending]) -> str:
-    """E.g. `3 runner(s) since boot: 2 clean (shutdown 2), 1 killed (grace 1)`."""
+    """E.g. `3 runner(s) since boot: 2 clean (interrupt 2), 1 killed (grace 1)`."""
     if not ended:
         return "none since boot"
     parts: list[str] = []

@@ -59,11 +59,6 @@ NOTICE: Final = b"n"
 """On the pipe from the watchdog: the worker is gone."""
 TOOK_OVER: Final = b"w"
 """On the pipe from the watchdog: it took over from a watchdog that died."""
-HANDED_OVER: Final = b"g"
-"""On the pipe to the watchdog: the program's own Shutdown was handed to it (sent by
-no runner since exo's own hooks module does that; the watchdog still reads it)."""
-TAKEN: Final = b"t"
-"""On the pipe to the watchdog: the program's own code took its Shutdown (as above)."""
 RAISED: Final = b"r"
 """On the pipe to the watchdog: `WorkerGone` was raised on the main thread."""
 HEARTBEAT_SECONDS: Final = 0.1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, final
 
 from ..records import endings
@@ -38,52 +38,22 @@ class EndingPlan:
     wedge bound, `WEDGE_SECONDS`)."""
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class Steps:
-    """What the runner told its watchdog of the steps of its ending."""
-
-    handed_over: bool = False
-    """Its program's own Shutdown was handed to it."""
-    taken: bool = False
-    """Its program's code took that Shutdown."""
-    raised: bool = False
-    """`WorkerGone` was raised on its main thread."""
-
-    def learn(self, handed_over: bool, taken: bool, raised: bool) -> Steps:
-        return replace(
-            self,
-            handed_over=self.handed_over or handed_over,
-            taken=self.taken or taken,
-            raised=self.raised or raised,
-        )
-
-    def step(self) -> endings.Step:
-        """Which step ended a runner that exited by itself. A Shutdown handed over and
-        no WorkerGone: the Shutdown (taken between two looks, if none saw it)."""
-        if self.raised:
-            return "worker_gone"
-        return "shutdown" if self.handed_over or self.taken else "exit"
-
-
 def record_begun(plan: EndingPlan, runner: ProcessIdentity, deadline: float) -> None:
     record(plan, runner, None, None, "its worker died", deadline=deadline)
 
 
 def described(
-    outcome: Outcome, after: float, gil: Gil, grace: float, steps: Steps = Steps()
+    outcome: Outcome, after: float, gil: Gil, grace: float, raised: bool = False
 ) -> tuple[endings.How, float, str, endings.Step]:
+    """How, when, why and by which step the runner ended; `raised`: `WorkerGone` was
+    raised on its main thread (else it exited with none)."""
+    step: endings.Step = "worker_gone" if raised else "exit"
     match outcome:
-        case "clean" | "shut down" if steps.step() == "shutdown":
-            return "clean", after, "it took its own Shutdown and exited by itself", "shutdown"
-        case "clean" | "shut down" if steps.handed_over and steps.raised:
-            why = "it did not take its own Shutdown in time; WorkerGone was raised, and it exited"
-            return "clean", after, why, "worker_gone"
         case "clean":
-            return "clean", after, "it exited by itself after its worker died", steps.step()
+            return "clean", after, "it exited by itself after its worker died", step
         case "shut down":
             why = "it ran its own shutdown and exited by itself"
-            return "clean", after, why, steps.step()
+            return "clean", after, why, step
         case "busy":
             why = f"busy in native code for {after:.1f} s (GIL {gil})"
             return "killed", after, why, "busy_wait"

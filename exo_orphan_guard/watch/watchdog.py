@@ -47,7 +47,6 @@ from . import notice_check, understudy
 from .clean_ending import (
     AGAIN_SECONDS,
     BEGUN,
-    HANDED_OVER,
     HEARTBEAT,
     HEARTBEAT_SECONDS,
     NOTICE,
@@ -55,10 +54,9 @@ from .clean_ending import (
     RAISED,
     SHELTER_LEFT,
     SHUTTING_DOWN,
-    TAKEN,
     TOOK_OVER,
 )
-from .ending_plan import EndingPlan, Gil, Outcome, Steps, described, record, record_begun
+from .ending_plan import EndingPlan, Gil, Outcome, described, record, record_begun
 from .tree_kill import KnownTree, kill_runner_tree, signal_verified
 from .waiters import WaiterName, confirmed_gone, wait_for_exit
 
@@ -160,9 +158,9 @@ def _watchdog_main(
             if notice is not None:
                 with contextlib.suppress(OSError):
                     os.write(notice, NOTICE)
-            outcome, gil, found, steps = _await_the_ending(runner, begun, noticed, plan, tree)
+            outcome, gil, found, raised = _await_the_ending(runner, begun, noticed, plan, tree)
             after = time.monotonic() - noticed
-            how, after, why, step = described(outcome, after, gil, plan.grace, steps)
+            how, after, why, step = described(outcome, after, gil, plan.grace, raised)
             why += notice_check.said(found, NOTICE_SIGNAL)
             record(plan, runner, how, after, why, step=step)
         kill_runner_tree(runner, group, tree.known)
@@ -227,7 +225,8 @@ class _Watched:
         self.busy_lines = 0
         self.notice_found = b""
         """What stood in the notice's way (`notice_check`)."""
-        self.steps = Steps()
+        self.raised = False
+        """`WorkerGone` was raised on the runner's main thread."""
 
     def learn(self, data: bytes, now: float) -> None:
         for byte in data:
@@ -241,8 +240,8 @@ class _Watched:
             elif news == SHELTER_LEFT:
                 self.sheltered = False
                 self.last_notice = now  # its own shutdown done: a second before the next
-            elif news in (HANDED_OVER, TAKEN, RAISED):
-                self.steps = self.steps.learn(news == HANDED_OVER, news == TAKEN, news == RAISED)
+            elif news == RAISED:
+                self.raised = True
             elif news in notice_check.NEWS and news not in self.notice_found:
                 self.notice_found += news
 
@@ -256,10 +255,11 @@ class _Watched:
 
 def _await_the_ending(
     runner: ProcessIdentity, begun: int, noticed: float, plan: EndingPlan, tree: KnownTree
-) -> tuple[Outcome, Gil, bytes, Steps]:
+) -> tuple[Outcome, Gil, bytes, bool]:
     """Wait for the runner to begin (a byte) within the busy wait and to exit (EOF, or
     gone) within the grace from then; repeat the notice while it has not exited, and
-    walk its tree every `_WALK_SECONDS`. Also answers what stood in the notice's way."""
+    walk its tree every `_WALK_SECONDS`. Also answers what stood in the notice's way, and
+    whether `WorkerGone` was raised."""
     watched = _Watched(noticed)
     bound = busy_bound(plan.busy_wait)
     while True:
@@ -268,14 +268,14 @@ def _await_the_ending(
         deadline = noticed + bound if begun_at is None else begun_at + plan.grace
         if now >= deadline:
             outcome = "busy" if begun_at is None else "hanging"
-            return outcome, watched.gil(now), watched.notice_found, watched.steps
+            return outcome, watched.gil(now), watched.notice_found, watched.raised
         readable, _, _ = select.select([begun], [], [], min(deadline - now, _CHECK_SECONDS))
         data = os.read(begun, 4096) if readable else None
         if data == b"" or liveness(runner) == "gone":
             if data:  # what it said before it exited counts too
                 watched.learn(data, now)
             outcome = "shut down" if watched.shutting_down else "clean"
-            return outcome, watched.gil(now), watched.notice_found, watched.steps
+            return outcome, watched.gil(now), watched.notice_found, watched.raised
         now = time.monotonic()
         tree.walk(now)
         if data:
