@@ -2,7 +2,7 @@
 
 `sweep()` locks the registry, reads it, snapshots the process table, lets
 `verdicts.decide` judge, then acts: kills targets (`killing`), deletes stale records.
-`sweep_async()` runs the same in a worker thread for exo's event loop, and stops it
+`sweep_async()` runs the same in a worker thread for an event loop, and stops it
 (`stop`) when the task awaiting it is cancelled.
 """
 
@@ -285,13 +285,13 @@ def _left_groups(verdicts: Sequence[Verdict], results: Sequence[KillResult]) -> 
 
 def _in_worker_thread(function: Callable[P, SweepReport]) -> Callable[P, Awaitable[SweepReport]]:
     async def run(*args: P.args, **kwargs: P.kwargs) -> SweepReport:
-        import anyio.to_thread  # only exo's event loop needs it: the CLI starts without
+        import anyio.to_thread  # only an event loop needs it: the CLI starts without
 
         stop = threading.Event()
         call = functools.partial(function, *args, **kwargs, stop=stop)
         try:
-            # Abandoned on cancellation, and told to stop: exo's shutdown (or a Worker
-            # torn down at an election) must not wait out a busy runner's wait.
+            # Abandoned on cancellation, and told to stop: the caller's shutdown must not
+            # wait out a busy runner's wait.
             return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
         finally:
             stop.set()
@@ -300,11 +300,11 @@ def _in_worker_thread(function: Callable[P, SweepReport]) -> Callable[P, Awaitab
 
 
 sweep_async = _in_worker_thread(sweep)
-"""`sweep()` in a worker thread, so exo's event loop keeps running meanwhile. If the
-awaiting task is cancelled, the cancellation goes through at once, and the sweep, told
-to stop, waits no more: a runner it was waiting for it leaves to its watchdog, the
-lock it was waiting for it gives up. A kill under way (SIGTERM, the grace, SIGKILL)
-it finishes in the background."""
+"""`sweep()` in a worker thread, so the caller's event loop keeps running meanwhile. If
+the awaiting task is cancelled, the cancellation goes through at once, and the sweep,
+told to stop, waits no more: a runner it was waiting for it leaves to its watchdog, the
+lock it was waiting for it gives up. A kill under way (SIGTERM, the grace, SIGKILL) it
+finishes in the background."""
 
 
 def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
