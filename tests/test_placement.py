@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.exo import anchors, format_patch, patch_command, patching, placement
+from exo_orphan_guard.rig import exo_runner
 from exo_orphan_guard.tools import cli
 from tests.test_patching import snapshot
 
@@ -454,3 +455,8 @@ def test_imports_that_cannot_go_at_the_top_say_why(worker: bytes, says: str) -> 
     assert isinstance(placed, placement.Placed)
     problem = placement.imports_at_top(placed)
     assert isinstance(problem, placement.Problem) and says in problem.reason
+
+
+def test_the_exo_shaped_rig_reads_the_toggle_with_the_line_the_series_appends() -> None:
+    rig = Path(exo_runner.EXO_SHAPED, "exo", "shared", "constants.py").read_text()
+    assert rig.endswith(f"\n\n{placement.TOGGLE_LINE}\n")
