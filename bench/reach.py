@@ -48,11 +48,12 @@ SCHEMA: Final = "exo-orphan-guard/reach/1"
 HOOKS: Final = (
     # (file, text): each hook and its import, as the series writes them.
     ("src/exo/worker/orphan_guard.py", "def guard_runner("),
-    ("src/exo/worker/orphan_guard.py", "def guard_worker("),
+    ("src/exo/worker/orphan_guard.py", "async def guard_worker("),
     (anchors.ENTRYPOINT_FILE, "from exo.worker.orphan_guard import guard_runner\n"),
     (anchors.ENTRYPOINT_FILE, "guard_runner(bound_instance, task_receiver)\n"),
     (anchors.WORKER_FILE, "from exo.worker.orphan_guard import guard_worker\n"),
-    (anchors.WORKER_FILE, "guard_worker()\n"),
+    (anchors.WORKER_FILE, "await guard_worker()\n"),
+    (anchors.CONSTANTS_FILE, f"{placement.TOGGLE_LINE}\n"),
 )
 _DECIDING: Final = (
     "anchors.py",

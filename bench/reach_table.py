@@ -62,7 +62,7 @@ def render(records: Sequence[Record], step: int, command: str, tip_name: str) ->
         f"`{command}` on {today}; series fingerprint "
         f"{records[0]['fingerprint'] if records else '-'}.",
         "",
-        "| trees | measured | reached by `patch apply` | all three anchors found |",
+        "| trees | measured | reached by `patch apply` | all four anchors found |",
         "|---|---|---|---|",
         *rows,
         "",

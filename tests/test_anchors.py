@@ -38,10 +38,16 @@ class Worker:
     def __init__(self) -> None:
         self.x = 1
 
-    async def run(self):
-        logger.info( 'Starting Worker' )  # quotes and spacing are not the anchor
+    async def plan_step(self):
+        while (True):  # parentheses and comments are not the anchor
+            await anyio.sleep(0.1)
+"""
 
-        info_send, info_recv = channel[GatheredInfo]()
+CONSTANTS = """\
+import os
+import sys
+
+EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"
 """
 
 TASKS = """\
@@ -161,10 +167,25 @@ def test_the_last_definition_is_the_one_python_keeps() -> None:
     assert lost.detail == "parameter 2, `event_sender`, is missing (1 given)"
 
 
-def test_worker_run_is_found_by_its_first_statement_as_a_tree() -> None:
-    found = anchors.worker_run(WORKER)
+def test_worker_plan_step_is_found_by_its_first_statement_as_a_tree() -> None:
+    found = anchors.worker_plan_step(WORKER)
     assert isinstance(found, Found)
     assert (found.line, found.body_line, found.indent) == (5, 6, "        ")
+
+
+def test_a_hooked_plan_step_keeps_its_anchor() -> None:
+    """The series' own lines before the loop are not what the anchor looks for: a
+    hooked tree is found as it was (for `patch check` and `revert`)."""
+    beside = WORKER.replace(
+        "        while",
+        "        from exo.worker.orphan_guard import guard_worker\n\n"
+        "        await guard_worker()\n\n        while",
+    )
+    at_top = WORKER.replace("        while", "        await guard_worker()\n\n        while")
+    for source in (beside, at_top):
+        assert isinstance(anchors.worker_plan_step(source), Found), source
+    other = WORKER.replace("        while", "        await something_else()\n        while")
+    assert missing(anchors.worker_plan_step(other)).reason == "first statement differs"
 
 
 @pytest.mark.parametrize(
@@ -175,35 +196,43 @@ def test_worker_run_is_found_by_its_first_statement_as_a_tree() -> None:
         (
             "class Worker:\n    async def start(self): pass\n",
             "definition missing",
-            "`class Worker` has no method `run`",
+            "`class Worker` has no method `plan_step`",
         ),
         (
-            "class Worker:\n    def run(self):\n        logger.info('Starting Worker')\n",
+            "class Worker:\n    def plan_step(self):\n        while True: pass\n",
             "signature differs",
-            "`Worker.run` is not `async def`",
+            "`Worker.plan_step` is not `async def`",
         ),
         (
-            "class Worker:\n    async def run(self, tg):\n        logger.info('Starting Worker')\n",
+            "class Worker:\n    async def plan_step(self, tg):\n        while True: pass\n",
             "signature differs",
-            "`Worker.run(self, tg)`, expected `self`",
+            "`Worker.plan_step(self, tg)`, expected `self`",
         ),
         (
-            "class Worker:\n    async def run(self):\n        '''Run.'''\n"
-            "        logger.info('Starting Worker')\n",
+            "class Worker:\n    async def plan_step(self):\n        '''Plan.'''\n"
+            "        while True: pass\n",
             "first statement differs",
-            "`'''Run.'''` at line 3, expected `logger.info(\"Starting Worker\")`",
+            "`'''Plan.'''` at line 3, expected `while True:`",
         ),
         (
-            "class Worker:\n    async def run(self):\n        logger.debug('Starting Worker')\n",
+            "class Worker:\n    async def plan_step(self):\n        while self.running: pass\n",
             "first statement differs",
-            "`logger.debug('Starting Worker')` at line 3, "
-            'expected `logger.info("Starting Worker")`',
+            "`while self.running: pass` at line 3, expected `while True:`",
         ),
     ],
 )
-def test_a_lost_worker_run_says_how(source: str | None, reason: str, detail: str) -> None:
-    lost = missing(anchors.worker_run(source))
+def test_a_lost_worker_plan_step_says_how(source: str | None, reason: str, detail: str) -> None:
+    lost = missing(anchors.worker_plan_step(source))
     assert (lost.file, lost.reason, lost.detail) == (anchors.WORKER_FILE, reason, detail)
+
+
+def test_constants_are_found_by_their_import_of_os() -> None:
+    found = anchors.constants(CONSTANTS)
+    assert isinstance(found, Found) and found.anchor == "constants"
+    lost = missing(anchors.constants(CONSTANTS.replace("import os\n", "from os import getenv\n")))
+    assert (lost.file, lost.reason) == (anchors.CONSTANTS_FILE, "import missing")
+    assert missing(anchors.constants(None)).reason == "file missing"
+    assert missing(anchors.constants("import os\nx = (\n")).reason == "cannot parse"
 
 
 def test_shutdown_is_found_with_a_field_from_its_base() -> None:
@@ -247,17 +276,23 @@ def test_find_reads_a_tree_and_says_which_file_is_missing(tmp_path: Path) -> Non
     for relative, text in (
         (anchors.ENTRYPOINT_FILE, BOOTSTRAP),
         (anchors.WORKER_FILE, WORKER),
+        (anchors.CONSTANTS_FILE, CONSTANTS),
     ):
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(text)
     (tmp_path / anchors.TASKS_FILE).parent.mkdir(parents=True)
     (tmp_path / anchors.TASKS_FILE).write_bytes(b"\xff\xfe not utf-8")
     found = anchors.find(tmp_path)
-    assert [anchor.anchor for anchor in found] == ["entrypoint", "Worker.run", "Shutdown"]
-    assert found[0].found and found[1].found and not anchors.all_found(found)
-    assert missing(found[2]).reason == "file unreadable"
+    assert [anchor.anchor for anchor in found] == [
+        "entrypoint",
+        "Worker.plan_step",
+        "constants",
+        "Shutdown",
+    ]
+    assert all(anchor.found for anchor in found[:3]) and not anchors.all_found(found)
+    assert missing(found[3]).reason == "file unreadable"
     (tmp_path / anchors.TASKS_FILE).unlink()
-    assert missing(anchors.find(tmp_path)[2]).reason == "file missing"
+    assert missing(anchors.find(tmp_path)[3]).reason == "file missing"
 
 
 RELEASES = [f"v1.0.{minor}" for minor in range(61, 72)]
@@ -279,7 +314,8 @@ def test_every_release_since_v1_0_61_and_main_has_every_anchor(ref: str) -> None
 
     found = (
         anchors.entrypoint(show(anchors.ENTRYPOINT_FILE)),
-        anchors.worker_run(show(anchors.WORKER_FILE)),
+        anchors.worker_plan_step(show(anchors.WORKER_FILE)),
+        anchors.constants(show(anchors.CONSTANTS_FILE)),
         anchors.shutdown(show(anchors.TASKS_FILE)),
     )
     assert anchors.all_found(found), [anchor.describe() for anchor in found]

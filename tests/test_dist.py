@@ -67,9 +67,8 @@ def test_the_sdist_builds_the_same_package(dist: Dist) -> None:
     with tarfile.open(dist.sdist) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "exo_orphan_guard/_version.py"} <= names
-    assert (
-        "exo_orphan_guard/exo/patches/main/0003-guard-the-worker-from-the-start-of-run.patch"
-        in (names)
+    assert "exo_orphan_guard/exo/patches/main/0003-sweep-before-the-worker-s-plan-loop.patch" in (
+        names
     )
     assert "exo_orphan_guard/exo/exo_tree/src/exo/worker/orphan_guard.py" in names
 

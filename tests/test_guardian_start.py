@@ -8,16 +8,20 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from exo_orphan_guard.exo.guardian_start import ensure_guardian
 from exo_orphan_guard.records import guardian_state
-from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system import boot_id, process_group, settings
-from exo_orphan_guard.system.identity import identity_of
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.processes import start_orphan
 from tests.helpers.waiting import wait_until
 
 # A guardian sweeps the machine at its start.
@@ -136,3 +140,61 @@ def test_exos_worker_hook_sweeps_then_starts_a_guardian(
     finally:
         worker.kill()
         worker.wait()
+
+
+_SLOW_TO_END = (
+    "import signal, sys, time\n"
+    "def end(*_):\n"
+    "    time.sleep(1.0)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGINT, end)\n"
+    "signal.signal(signal.SIGTERM, end)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_exos_worker_hook_returns_once_the_dead_exos_runners_are_gone(
+    isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """exo's worker awaits the hook before its plan loop: when it returns, the orphan
+    of a dead worker (one that takes a second to end) is gone, so no new runner meets
+    it."""
+    monkeypatch.setenv(settings.TOGGLE_ENV, "true")
+    orphan = start_orphan([sys.executable, "-c", _SLOW_TO_END])
+    registry, problem = Registry.open(settings.registry_dir(), create=True)
+    assert registry is not None, problem
+    dead_worker = ProcessIdentity(Pid(os.getpid()), 1.0)  # started at 1.0: not us
+    registry.write(
+        RunnerRecord(
+            pid=orphan.pid,
+            started=orphan.started,
+            boot_id=boot_id(),
+            uid=os.geteuid(),
+            worker=dead_worker,
+            exe=psutil.Process(orphan.pid).exe(),
+            argv=tuple(psutil.Process(orphan.pid).cmdline()),
+            pgid=None,
+            recorded_at=time.time(),
+            labels={"runner_id": "planted"},
+        )
+    )
+    script = (
+        "import os, sys\n"
+        "from exo_orphan_guard.exo.hooks import guard_exo_worker\n"
+        "from exo_orphan_guard.system.identity import identity_of\n"
+        "guard_exo_worker()\n"
+        f"print(identity_of({orphan.pid}) is None, flush=True)\n"
+        "guard_exo_worker()  # a second Worker of the same process: at once\n"
+        "print('again', flush=True)\n"
+    )
+    try:
+        worker = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+        )
+        assert worker.stdout.split() == ["True", "again"], worker.stderr
+    finally:
+        state = _running(isolated_environment)
+        if state is not None:
+            os.kill(state.pid, signal.SIGTERM)
+        if identity_of(orphan.pid) is not None:
+            os.kill(orphan.pid, signal.SIGKILL)

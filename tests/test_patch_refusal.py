@@ -40,8 +40,14 @@ def entrypoint(
 """
 WORKER = """\
 class Worker:
-    async def run(self):
-        logger.info("Starting Worker")
+    async def plan_step(self):
+        while True:
+            await anyio.sleep(0.1)
+"""
+CONSTANTS = """\
+import os
+
+EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"
 """
 TASKS = """\
 class BaseTask(TaggedModel):
@@ -76,6 +82,7 @@ def another_exo(tree: Path, *, tag: str | None = "v9.9.9") -> None:
     fitting_tree(tree)
     (tree / anchors.ENTRYPOINT_FILE).write_text(BOOTSTRAP)
     (tree / anchors.WORKER_FILE).write_text(WORKER)
+    (tree / anchors.CONSTANTS_FILE).write_text(CONSTANTS)
     if tag is not None:
         commit(tree, tag)
 
@@ -98,9 +105,9 @@ def unchanged(tree: Path, before: dict[str, bytes]) -> None:
 
 
 def without_worker_anchor(tree: Path) -> None:
-    """Worker.run's first statement is not exo's any more."""
+    """Worker.plan_step's first statement is not exo's any more."""
     main = tree / anchors.WORKER_FILE
-    main.write_text(main.read_text().replace('"Starting Worker"', '"Starting the worker"'))
+    main.write_text(main.read_text().replace("while True:", "while self.running:"))
 
 
 def test_a_pristine_tree_of_another_version_is_placed_not_refused(tmp_path: Path) -> None:
@@ -122,9 +129,9 @@ def test_a_missing_anchor_is_named_with_its_file_and_version(tmp_path: Path) -> 
     before = snapshot(tmp_path)
     error = refused(tmp_path)
     assert str(error) == (
-        f"the hooks have no place in exo v9.9.9 at {tmp_path}: Worker.run: missing, "
-        f'{anchors.WORKER_FILE}: first statement differs: `logger.info("Starting the worker")`'
-        ' at line 3, expected `logger.info("Starting Worker")`; nothing changed'
+        f"the hooks have no place in exo v9.9.9 at {tmp_path}: Worker.plan_step: missing, "
+        f"{anchors.WORKER_FILE}: first statement differs: `while self.running:` at line 3, "
+        "expected `while True:`; nothing changed"
     )
     assert "local edits" not in str(error)
     edits, version, *found, advice = error.details
@@ -133,13 +140,13 @@ def test_a_missing_anchor_is_named_with_its_file_and_version(tmp_path: Path) -> 
     assert found == [
         f"anchor entrypoint: found, {anchors.ENTRYPOINT_FILE}:6 (entrypoint(bound_instance, "
         "event_sender, task_receiver, cancel_receiver, _logger))",
-        f"anchor Worker.run: missing, {anchors.WORKER_FILE}: first statement differs: "
-        '`logger.info("Starting the worker")` at line 3, expected '
-        '`logger.info("Starting Worker")`',
+        f"anchor Worker.plan_step: missing, {anchors.WORKER_FILE}: first statement differs: "
+        "`while self.running:` at line 3, expected `while True:`",
+        f"anchor constants: found, {anchors.CONSTANTS_FILE}:1 (`import os` at the top level)",
         f"anchor Shutdown: found, {anchors.TASKS_FILE}:5 (Shutdown(BaseTask): instance_id from "
         "BaseTask, runner_id from Shutdown)",
     ]
-    assert advice.startswith("what to do: this tree lacks Worker.run, which every exo since")
+    assert advice.startswith("what to do: this tree lacks Worker.plan_step, which every exo since")
     unchanged(tmp_path, before)
 
 
@@ -150,7 +157,7 @@ def test_a_real_local_edit_is_named_with_git_status(tmp_path: Path) -> None:
     error = refused(tmp_path)
     assert str(error).startswith(
         "the hooks have no place in the local edits in exo v1.0.71-40-gabcdef at "
-        f"{tmp_path}: Worker.run: missing, {anchors.WORKER_FILE}: first statement differs"
+        f"{tmp_path}: Worker.plan_step: missing, {anchors.WORKER_FILE}: first statement differs"
     )
     assert error.details[0] == (
         f"local edits: M {anchors.WORKER_FILE} (git status --porcelain); the series applies "
@@ -176,7 +183,7 @@ def test_edits_elsewhere_are_listed_but_not_blamed(tmp_path: Path) -> None:
         f"local edits (not what stops the series): M {anchors.ENTRYPOINT_FILE} (git status "
         "--porcelain); it would not apply to the files as HEAD has them either"
     )
-    assert error.details[-1].startswith("what to do: this tree lacks Worker.run")
+    assert error.details[-1].startswith("what to do: this tree lacks Worker.plan_step")
 
 
 def test_a_tree_without_git_says_it_cannot_tell(tmp_path: Path) -> None:
@@ -217,7 +224,8 @@ def test_a_tree_patched_then_edited_does_not_come_out_and_says_where(tmp_path: P
     another_exo(tmp_path, tag="v1.0.71")
     patching.apply(tmp_path)
     main = tmp_path / anchors.WORKER_FILE
-    main.write_bytes(main.read_bytes().replace(b"        guard_worker()", b"        pass"))
+    hooked = main.read_bytes()
+    main.write_bytes(hooked.replace(b"await guard_worker()", b"await guard_worker()  # mine"))
     before = snapshot(tmp_path)
     with pytest.raises(patching.PatchError) as raised:
         patching.revert(tmp_path)
@@ -250,7 +258,7 @@ def test_the_cli_refuses_with_exit_code_2_the_line_then_the_details(
     assert cli.main(["patch", "apply", "--exo", str(tmp_path), "--no-lock"]) == 2
     first, *rest = capsys.readouterr().err.splitlines()
     assert first.startswith("exo-orphan-guard: error: the hooks have no place in exo v9.9.9")
-    assert len(rest) == 6 and all(line.startswith("  ") for line in rest)
+    assert len(rest) == 7 and all(line.startswith("  ") for line in rest)
     assert rest[1] == "  exo version: v9.9.9 (git describe --tags)"
     assert cli.main(["patch", "check", "--exo", str(tmp_path)]) == 2
     assert "no place" in capsys.readouterr().err

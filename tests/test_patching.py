@@ -74,8 +74,9 @@ def series(request: pytest.FixtureRequest) -> patching.Series:
 
 
 def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patching.Series) -> None:
-    """Issue 28's footprint: the new files, and entrypoint's and Worker.run's files."""
-    assert set(series.files) == {*placement.new_files(), *placement.HOOKED_FILES}
+    """The footprint: the new files, the toggle in constants.py, and the files of
+    entrypoint and Worker.plan_step."""
+    assert set(series.files) == set(placement.files())
     created = {
         diff.path: b"".join(diff.hunks[0].new_lines)
         for _, diff in series.diffs
@@ -85,7 +86,8 @@ def test_shipped_series_touch_the_hooks_and_share_one_hooks_module(series: patch
 
 
 def test_the_footprint_in_exos_own_files_is_eight_added_lines(series: patching.Series) -> None:
-    """Against the seven-patch series' +60/-16 in 9 of exo's files."""
+    """Two calls with their imports at the top (3 lines each) and the toggle (2): +8 in
+    3 of exo's files, against the seven-patch series' +60/-16 in 9."""
     added = removed = 0
     for _, diff in series.diffs:
         if diff.old_path is None:
@@ -96,7 +98,7 @@ def test_the_footprint_in_exos_own_files_is_eight_added_lines(series: patching.S
             )
             added, removed = added + change.counts[0], removed + change.counts[1]
     existing = {diff.path for _, diff in series.diffs if diff.old_path is not None}
-    assert (added, removed, len(existing)) == (8, 0, 2)
+    assert (added, removed, len(existing)) == (8, 0, 3)
 
 
 def test_apply_then_apply_again_then_revert_is_byte_exact(
@@ -109,9 +111,10 @@ def test_apply_then_apply_again_then_revert_is_byte_exact(
     applied = snapshot(tmp_path)
     assert applied != original and "src/exo/worker/orphan_guard.py" in applied
     bootstrap = applied[anchors.ENTRYPOINT_FILE]
-    assert b"    from exo.worker.orphan_guard import guard_runner\n" in bootstrap
+    assert b"\nfrom exo.worker.orphan_guard import guard_runner\n" in bootstrap
     assert b"    guard_runner(bound_instance, task_receiver)\n" in bootstrap
-    assert b"        guard_worker()\n" in applied[anchors.WORKER_FILE]
+    assert b"        await guard_worker()\n" in applied[anchors.WORKER_FILE]
+    assert placement.TOGGLE_LINE.encode() in applied[anchors.CONSTANTS_FILE]
     assert "pyproject.toml" not in applied  # no extra: see uv_project
     assert patching.apply(tmp_path) == (status, False)
     assert snapshot(tmp_path) == applied
@@ -126,11 +129,12 @@ def test_a_tree_neither_series_nor_anchors_fit_changes_nothing_and_is_named(
 ) -> None:
     build_tree(tmp_path, series)
     main = tmp_path / anchors.WORKER_FILE
-    main.write_bytes(main.read_bytes().replace(b"Starting Worker", b"Starting"))
+    main.write_bytes(main.read_bytes().replace(b"async def plan_step", b"async def planning"))
     before = snapshot(tmp_path)
     with pytest.raises(patching.PatchError, match=r"^the hooks have no place ") as raised:
         patching.apply(tmp_path)
-    assert any(line.startswith("anchor Worker.run: missing") for line in raised.value.details)
+    details = raised.value.details
+    assert any(line.startswith("anchor Worker.plan_step: missing") for line in details)
     assert snapshot(tmp_path) == before
 
 
@@ -138,7 +142,7 @@ def test_local_edits_to_patched_lines_block_revert(tmp_path: Path, series: patch
     build_tree(tmp_path, series)
     patching.apply(tmp_path)
     main = tmp_path / "src/exo/worker/main.py"
-    main.write_bytes(main.read_bytes().replace(b"        guard_worker()", b"        pass"))
+    main.write_bytes(main.read_bytes().replace(b"        await guard_worker()", b"        pass"))
     before = snapshot(tmp_path)
     with pytest.raises(patching.PatchError):
         patching.revert(tmp_path)
@@ -277,7 +281,7 @@ def test_the_cover_letter_says_the_extra_is_not_in_the_series() -> None:
         cover = (patching.PATCHES_DIR / name / patching.COVER_LETTER).read_text()
         assert "uv run --with exo-orphan-guard exo" in cover
         assert 'orphan-guard = ["exo-orphan-guard"]' in cover and "uv lock" in cover
-        assert " 4 files changed, 404 insertions(+)\n" in cover
+        assert " 5 files changed, 469 insertions(+)\n" in cover
         assert "Hardware test plan" in cover  # exo's PR template asks for one
 
 

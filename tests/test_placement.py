@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.exo import anchors, format_patch, patch_command, patching, placement
+from exo_orphan_guard.rig import exo_runner
 from exo_orphan_guard.tools import cli
 from tests.test_patching import snapshot
 
@@ -40,13 +41,16 @@ class Shutdown(BaseTask):
 """
 
 
+CONSTANTS = ["import os", "", 'EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"']
+
+
 def shaped_tree(
     root: Path,
     *,
     docstring: bool = False,
     comment: bool = False,
     cancel: bool = True,
-    blank_after_log: bool = True,
+    loop_comment: bool = True,
     crlf: bool = False,
 ) -> dict[str, bytes]:
     """A small exo whose anchors sit in one of the shapes exo's history has had."""
@@ -79,21 +83,21 @@ def shaped_tree(
         *body,
     ]
     worker = [
-        "from loguru import logger",
+        "import anyio",
         "",
         "",
         "class Worker:",
-        "    async def run(self):",
-        '        logger.info("Starting Worker")',
-        *([""] if blank_after_log else []),
-        "        self.info = channel[GatheredInfo]()",
-        "        await self._tg.start()",
+        "    async def plan_step(self):",
+        *(["        # Plan every 100 ms."] if loop_comment else []),
+        "        while True:",
+        "            await anyio.sleep(0.1)",
     ]
     ending = "\r\n" if crlf else "\n"
     files = {
         anchors.ENTRYPOINT_FILE: ending.join(bootstrap) + ending,
         anchors.WORKER_FILE: ending.join(worker) + ending,
         anchors.TASKS_FILE: TASKS,
+        anchors.CONSTANTS_FILE: ending.join(CONSTANTS) + ending,
         "src/exo/worker/runner/supervisor.py": "# exo main's supervisor\n",
         "pyproject.toml": EXO_RUFF_CONFIG,
     }
@@ -103,7 +107,7 @@ def shaped_tree(
     return snapshot(root)
 
 
-SHAPE_NAMES: tuple[str, ...] = ("docstring", "comment", "cancel", "blank_after_log", "crlf")
+SHAPE_NAMES: tuple[str, ...] = ("docstring", "comment", "cancel", "loop_comment", "crlf")
 SHAPES: list[dict[str, bool]] = [
     dict(zip(SHAPE_NAMES, values, strict=True))
     for values in itertools.product((False, True), repeat=5)
@@ -135,8 +139,11 @@ def test_every_shape_is_placed_compiles_and_reverts_byte_for_byte(tmp_path: Path
         assert head.rstrip().endswith('"""' if shape["docstring"] else ") -> None:")
         assert tail.lstrip().startswith("# Settle" if shape["comment"] else "global logger")
         main = patched[anchors.WORKER_FILE].decode()
-        assert f"        guard_worker(){newline}{newline}        self.info" in main
-        for path in placement.HOOKED_FILES:
+        before_loop = "        # Plan" if shape["loop_comment"] else "        while True:"
+        assert f"        await guard_worker(){newline}{newline}{before_loop}" in main
+        constants = patched[anchors.CONSTANTS_FILE].decode()
+        assert constants.endswith(f'"true"{newline}{newline}{placement.TOGGLE_LINE}{newline}')
+        for path in (*placement.HOOKED_FILES, anchors.CONSTANTS_FILE):
             compile(patched[path], path, "exec")
         assert patching.check(tree).state == "applied"
         assert patching.apply(tree)[1] is False and snapshot(tree) == patched
@@ -169,12 +176,15 @@ def test_every_shape_patched_passes_exos_ruff_rules(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+WORKER = b"class Worker:\n    async def plan_step(self):\n        while True:\n            pass\n"
+
+
 def test_placement_is_pure_and_its_inverse_is_exact() -> None:
     source = b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n"
-    worker = b'class Worker:\n    async def run(self):\n        logger.info("Starting Worker")\n'
     contents: dict[str, bytes | None] = {
         anchors.ENTRYPOINT_FILE: source,
-        anchors.WORKER_FILE: worker + b"        pass\n",
+        anchors.WORKER_FILE: WORKER,
+        anchors.CONSTANTS_FILE: b"import os\n\nX = 1\n",
         anchors.TASKS_FILE: TASKS.encode(),
     }
     placed = placement.placement(contents)
@@ -188,8 +198,8 @@ def test_a_tree_with_the_hooks_elsewhere_is_not_hooked_twice() -> None:
     contents: dict[str, bytes | None] = {
         anchors.ENTRYPOINT_FILE: b"from exo.worker import orphan_guard\n\n"
         b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n",
-        anchors.WORKER_FILE: b"class Worker:\n    async def run(self):\n"
-        b'        logger.info("Starting Worker")\n        pass\n',
+        anchors.WORKER_FILE: WORKER,
+        anchors.CONSTANTS_FILE: b"import os\n",
         anchors.TASKS_FILE: TASKS.encode(),
     }
     problem = placement.placement(contents)
@@ -216,10 +226,10 @@ def test_export_of_a_placed_tree_then_git_am_gives_what_apply_gives(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     shaped = tmp_path / "applied"
-    shaped_tree(shaped, docstring=True, blank_after_log=False)
+    shaped_tree(shaped, docstring=True, loop_comment=False)
     patching.apply(shaped)
     tree = tmp_path / "exo"
-    shaped_tree(tree, docstring=True, blank_after_log=False)
+    shaped_tree(tree, docstring=True, loop_comment=False)
     git_tree(tree)
     lines = export_then_am(tree, tmp_path / "out", capsys)
     assert lines[0].startswith(f"series {patching.PLACED}: ")
@@ -235,13 +245,14 @@ def test_export_of_a_placed_tree_then_git_am_gives_what_apply_gives(
         check=True,
     ).stdout.splitlines()
     assert log == [
-        "feature: guard the worker from the start of run",
+        "feature: sweep before the worker's plan loop",
         "feature: guard runners from the top of entrypoint",
         "feature: add optional orphan-guard hooks module",
     ]
     cover = (tmp_path / "out" / patching.COVER_LETTER).read_text()
-    added = sum(data.count(b"\n") for data in placement.new_files().values()) + 8
-    files = len(placement.new_files()) + 2  # and the two calls, four lines each
+    # The two calls, four lines each, and the toggle after its blank line.
+    added = sum(data.count(b"\n") for data in placement.new_files().values()) + 8 + 2
+    files = len(placement.new_files()) + 3
     assert f" {files} files changed, {added} insertions(+)\n" in cover
 
 
@@ -278,7 +289,7 @@ def test_exo_releases_the_stored_series_does_not_fit_are_placed(
     assert not isinstance(fits, dict)
     status, changed = patching.apply(tree)
     assert changed and status.series.name == patching.PLACED
-    changed_files = list(placement.HOOKED_FILES)
+    changed_files = [*placement.HOOKED_FILES, anchors.CONSTANTS_FILE]
     ruff = pinned_ruff(tree)
     if ruff is not None:
         for command in (["check"], ["format", "--check"]):
@@ -307,15 +318,17 @@ def test_the_stored_series_is_what_placement_writes_for_its_tree(tmp_path: Path,
     """So the stored series and placement can never disagree on the trees both fit."""
     tree = tmp_path / "exo"
     original = archived({"main": "b5375f8cee43", "v1.0.71": "v1.0.71"}[name], tree)
-    generated = dict(patch_command._generated(tree))  # pyright: ignore[reportPrivateUsage]
+    generated = dict(patch_command._generated(tree, imports_at_top=True))  # pyright: ignore[reportPrivateUsage]
     directory = patching.PATCHES_DIR / name
     stored = {path.name: path.read_bytes() for path in directory.glob("*.patch")}
     assert generated == stored
     placed = placement.placement({path: original.get(path) for path in placement.inputs()})
     assert isinstance(placed, placement.Placed)
+    at_top = placement.imports_at_top(placed)
+    assert isinstance(at_top, placement.Placed)
     status, _ = patching.apply(tree)
     assert status.series.name == name  # the stored series, not placement
-    assert all(snapshot(tree).get(path) == data for path, data in placed.patched.items())
+    assert all(snapshot(tree).get(path) == data for path, data in at_top.patched.items())
 
 
 def test_format_patch_counts_and_blob_ids_are_gits(tmp_path: Path) -> None:
@@ -327,3 +340,102 @@ def test_format_patch_counts_and_blob_ids_are_gits(tmp_path: Path) -> None:
     assert format_patch.Change("f", b"a\nb\n", b"a\nc\nb\n").counts == (1, 0)
     if shutil.which("git") is None:  # pragma: no cover
         pytest.skip("no git")
+
+
+def _contents(constants: bytes, worker: bytes = WORKER) -> dict[str, bytes | None]:
+    return {
+        anchors.ENTRYPOINT_FILE: b"from exo.a import b\n\n\n"
+        b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n",
+        anchors.WORKER_FILE: worker,
+        anchors.CONSTANTS_FILE: constants,
+        anchors.TASKS_FILE: TASKS.encode(),
+    }
+
+
+@pytest.mark.parametrize(
+    ("ending", "blank"),
+    [
+        (b"X = 1\n", 1),
+        (b"def f():\n    return 1\n", 2),
+        (b"class C:\n    x = 1\n", 2),
+        (b"if X:\n    Y = 1\n\n    def f():\n        return 1\n", 2),
+        (b"if X:\n    Y = 1\nelse:\n    Y = 2\n", 1),
+        (b"try:\n    Y = 1\nexcept E:\n    Y = 2\n\n    def f():\n        return 1\n", 2),
+    ],
+)
+@pytest.mark.skipif(not RUFF.exists(), reason=f"no ruff beside {sys.executable}")
+def test_the_toggle_follows_constants_with_the_blank_lines_ruff_format_wants(
+    tmp_path: Path, ending: bytes, blank: int
+) -> None:
+    constants = b'import os\n\nX = os.getenv("X")\n\n\n' + ending
+    placed = placement.placement(_contents(constants))
+    assert isinstance(placed, placement.Placed)
+    patched = placed.patched[anchors.CONSTANTS_FILE]
+    assert patched == constants + b"\n" * blank + placement.TOGGLE_LINE.encode() + b"\n"
+    (tmp_path / "constants.py").write_bytes(patched or b"")
+    formatted = subprocess.run(
+        [str(RUFF), "format", "--check", "--no-cache", "--isolated", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert formatted.returncode == 0, formatted.stdout
+    again = placement.placement({**_contents(constants), **placed.patched})
+    assert isinstance(again, placement.Placed) and again.state == "applied"
+    assert again.original[anchors.CONSTANTS_FILE] == constants
+
+
+@pytest.mark.parametrize(
+    ("constants", "says"),
+    [
+        (b"import os\n\nEXO_ORPHAN_GUARD = True\n", "already has EXO_ORPHAN_GUARD"),
+        (b"import os\n\nX = 1", "does not end in one line ending after its code"),
+        (b"import os\n\nX = 1\n\n", "does not end in one line ending after its code"),
+        (b"from os import getenv\n", "no top-level `import os`"),
+    ],
+)
+def test_constants_with_no_place_for_the_toggle_are_refused_as_an_anchor(
+    constants: bytes, says: str
+) -> None:
+    problem = placement.placement(_contents(constants))
+    assert isinstance(problem, placement.Problem) and says in problem.reason
+    assert problem.anchor is not None and problem.file == anchors.CONSTANTS_FILE
+
+
+@pytest.mark.parametrize(
+    ("head", "where"),
+    [
+        # After the last exo import that sorts before it, even with a comment between.
+        (b"from exo.a import b\n# the runner\nfrom exo.z import y\n", 1),
+        (b"import anyio\n\nfrom exo.zz import y\n", 2),  # before the first one
+        (b"from exo.a import (\n    b,\n    c,\n)\nfrom exo.z import y\n", 4),
+    ],
+)
+def test_the_import_goes_where_ruffs_isort_puts_it(head: bytes, where: int) -> None:
+    worker = head + b"\n\n" + WORKER
+    placed = placement.placement(_contents(b"import os\n", worker))
+    assert isinstance(placed, placement.Placed)
+    at_top = placement.imports_at_top(placed)
+    assert isinstance(at_top, placement.Placed)
+    lines = (at_top.patched[anchors.WORKER_FILE] or b"").splitlines()
+    assert lines[where] == b"from exo.worker.orphan_guard import guard_worker"
+    assert b"        await guard_worker()" in lines
+
+
+@pytest.mark.parametrize(
+    ("worker", "says"),
+    [
+        (WORKER, "no top-level `from exo.` import"),
+        (WORKER + b"\n\nfrom exo.a import b\n", "exo's imports come after the place"),
+    ],
+)
+def test_imports_that_cannot_go_at_the_top_say_why(worker: bytes, says: str) -> None:
+    placed = placement.placement(_contents(b"import os\n", worker))
+    assert isinstance(placed, placement.Placed)
+    problem = placement.imports_at_top(placed)
+    assert isinstance(problem, placement.Problem) and says in problem.reason
+
+
+def test_the_exo_shaped_rig_reads_the_toggle_with_the_line_the_series_appends() -> None:
+    rig = Path(exo_runner.EXO_SHAPED, "exo", "shared", "constants.py").read_text()
+    assert rig.endswith(f"\n\n{placement.TOGGLE_LINE}\n")

@@ -22,11 +22,11 @@ def record(
     reached: bool = False,
     release: str | None = None,
     index: int | None = 0,
-    anchors_found: int = 3,
+    anchors_found: int = 4,
     apply_line: str = "",
     date: str = "2026-01-08T17:17:48+00:00",
 ) -> Record:
-    names = ("entrypoint", "Worker.run", "Shutdown")
+    names = ("entrypoint", "Worker.plan_step", "constants", "Shutdown")
     return Record(
         schema=reach.SCHEMA,
         fingerprint="f" * 16,
@@ -88,9 +88,9 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     # Another exo: the stored series does not fit, the hooks are placed at its anchors.
     placed = reach.measure(repository, commits[0], tmp_path / "w0", sys.executable, "f" * 16)
     assert placed["apply_exit"] == 0
-    files = len(placement.new_files()) + 2
+    files = len(placement.files())
     assert placed["apply_line"].startswith(f"series placed at the anchors ({files} files) applied")
-    assert [anchor["found"] for anchor in placed["anchors"]] == [True, True, True]
+    assert [anchor["found"] for anchor in placed["anchors"]] == [True, True, True, True]
     assert (placed["hooks"], placed["compiles"], placed["revert_exact"]) == (True, True, True)
     assert placed["ruff"] is None and placed["ruff_clean"] is None  # no uv.lock: no pin
     assert placed["reached"] and reach_table.stopped_at(placed) == "reached"
@@ -109,7 +109,7 @@ def test_a_tree_without_an_anchor_is_refused_and_says_which(tmp_path: Path) -> N
     main = repository / "src/exo/worker/main.py"
     git_in = [*GIT, "-C", str(repository)]
     subprocess.run([*git_in, "checkout", "-q", older], check=True)
-    main.write_text(main.read_text().replace("Starting Worker", "Starting"))
+    main.write_text(main.read_text().replace("async def plan_step", "async def planning"))
     subprocess.run([*git_in, "commit", "-qam", "no anchor"], check=True)
     commit = reach.heads(repository, ["HEAD"])[0]
     refused = reach.measure(repository, commit, tmp_path / "w", sys.executable, "f" * 16)
@@ -117,7 +117,7 @@ def test_a_tree_without_an_anchor_is_refused_and_says_which(tmp_path: Path) -> N
     assert refused["apply_line"].startswith(
         "exo-orphan-guard: error: the hooks have no place in the exo tree at <tree>: "
     )
-    assert "Worker.run: missing, src/exo/worker/main.py" in refused["apply_line"]
+    assert "Worker.plan_step: missing, src/exo/worker/main.py" in refused["apply_line"]
     assert refused["hooks"] is refused["compiles"] is refused["revert_exact"] is None
 
 
@@ -205,7 +205,7 @@ def test_the_table_counts_releases_the_line_and_where_trees_stop() -> None:
     assert f"| main ({'5' * 12}) | 1 | 1 (100%): v1.0.70-3-g555555555 | 1 (100%) |" in table
     assert "| first-parent commits: every 10th, the releases on it, main | 4 | 2 (50%)" in table
     assert "| all trees measured | 5 | 2 (40%): v1.0.71, v1.0.70-3-g555555555 | 4 (80%) |" in table
-    assert "| v1.0.64 | 2026-01-08 | main.py, patch 0003 hunk 7 | 3 of 3 |" in table
+    assert "| v1.0.64 | 2026-01-08 | main.py, patch 0003 hunk 7 | 4 of 4 |" in table
     assert "- main.py, patch 0003 hunk 7: 2\n- odd: 1\n" in table
     assert "- v1.0.70-3-g333333333: Shutdown: x" in table
 

@@ -55,7 +55,23 @@ def test_bad_grace_uses_the_default_with_a_warning(raw: str) -> None:
 
 def test_registry_dir_override_and_default() -> None:
     assert str(settings.registry_dir({settings.DIR_ENV: "/x/y"})) == "/x/y"
-    assert settings.registry_dir({}).parts[-2:] == (".exo", "orphan-guard")
+    assert settings.registry_dir({}, "darwin").parts[-2:] == (".exo", "orphan-guard")
+    assert settings.registry_dir({}, "linux").parts[-3:] == (".cache", "exo", "orphan-guard")
+
+
+def test_the_registry_is_in_exos_cache_directory_as_exos_constants_find_it() -> None:
+    """exo's constants.py: `~/$EXO_HOME`, else `~/.exo` on macOS, else the XDG cache."""
+    home = settings.former_registry_dir().parent.parent
+    xdg = {settings.XDG_CACHE_ENV: "/c"}
+    assert settings.registry_dir(xdg, "linux") == Path("/c/exo/orphan-guard")
+    assert settings.registry_dir(xdg, "darwin") == home / ".exo" / "orphan-guard"
+    both = {**xdg, settings.EXO_HOME_ENV: ".exo-b"}
+    assert settings.registry_dir(both, "linux") == home / ".exo-b" / "orphan-guard"
+    assert settings.registry_dirs(xdg, "linux") == (
+        Path("/c/exo/orphan-guard"),
+        home / ".exo" / "orphan-guard",
+    )
+    assert settings.registry_dirs({}, "darwin") == (home / ".exo" / "orphan-guard",)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +125,6 @@ def test_the_registry_follows_exo_home_and_keeps_reading_the_former_one() -> Non
         home / ".exo-b" / "orphan-guard",
         home / ".exo" / "orphan-guard",
     )
-    assert settings.registry_dirs({}) == (home / ".exo" / "orphan-guard",)
     assert settings.registry_dirs({settings.EXO_HOME_ENV: ".exo"}) == (
         home / ".exo" / "orphan-guard",
     )

@@ -358,19 +358,27 @@ def test_usage_errors_are_one_line_with_exit_code_2(
     assert "Traceback" not in captured.err
 
 
-def test_with_exo_home_set_the_former_registry_is_still_swept(
+@pytest.mark.parametrize("moved", ["EXO_HOME", "XDG_CACHE_HOME"])
+def test_the_former_registry_is_still_swept_beside_exos_directory(
+    moved: str,
     planted: list[ProcessIdentity],
     isolated_environment: Path,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    """Records a guard wrote before EXO_HOME counted (in ~/.exo/orphan-guard) are read
-    beside those in exo's home: their runners' orphans are killed all the same."""
+    """Records a guard wrote before the registry followed exo's directories (in
+    ~/.exo/orphan-guard) are read beside those in exo's cache directory (`~/$EXO_HOME`,
+    or the XDG cache on Linux): their runners' orphans are killed all the same."""
     home = tmp_path / "home"
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv(settings.EXO_HOME_ENV, ".exo-elsewhere")
     monkeypatch.delenv(settings.DIR_ENV)
-    assert settings.registry_dir() == home / ".exo-elsewhere" / "orphan-guard"
+    if moved == "EXO_HOME":
+        monkeypatch.setenv(settings.EXO_HOME_ENV, ".exo-elsewhere")
+        assert settings.registry_dir() == home / ".exo-elsewhere" / "orphan-guard"
+    else:
+        monkeypatch.delenv(settings.EXO_HOME_ENV, raising=False)
+        monkeypatch.setenv(settings.XDG_CACHE_ENV, str(tmp_path / "xdg"))
+        assert settings.registry_dir(platform="linux") == tmp_path / "xdg" / "exo" / "orphan-guard"
     former, _ = Registry.open(home / ".exo" / "orphan-guard", create=True)
     assert former is not None
     orphan = start_orphan(["/bin/sleep", "701"])
@@ -380,4 +388,4 @@ def test_with_exo_home_set_the_former_registry_is_still_swept(
     assert [verdict.pid for verdict in report.targets] == [orphan.pid], report
     assert liveness(orphan) == "gone"
     assert report.registry is not None
-    assert report.registry.parent == home / ".exo-elsewhere" / "orphan-guard"
+    assert report.registry.parent == settings.registry_dir()

@@ -1,15 +1,18 @@
 """Where exo's hooks can sit: the anchors that have not moved since exo v1.0.61.
 
 The stored series leans on import blocks and on runner code that churns, so it fits
-two exact trees. These three places have stayed as they are in every release from
+two exact trees. These four places have stayed as they are in every release from
 v1.0.61 to v1.0.71, on main (b5375f8) and in the forks looked at (docs/exo.md,
 "Reach"):
 
 - `entrypoint(bound_instance, event_sender, task_receiver, [cancel_receiver,]
   _logger)` in `src/exo/worker/runner/bootstrap.py`: the runner's first frame, its
   own task stream in hand (cancel_receiver from v1.0.68 on);
-- `Worker.run` in `src/exo/worker/main.py`, whose first statement is
-  `logger.info("Starting Worker")`: the worker's start;
+- `Worker.plan_step` in `src/exo/worker/main.py`, whose first statement is
+  `while True:`: the worker's plan loop, inside `Worker.run`'s task group and its
+  `try`, so what runs before the loop runs inside exo's error handling;
+- `src/exo/shared/constants.py`, with `import os` at its top: where exo reads its
+  toggles from the environment;
 - `Shutdown` in `src/exo/shared/types/tasks.py`, a task with `instance_id` (from
   its base) and `runner_id`: what a live worker sends to end a runner.
 
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
 
-AnchorName = Literal["entrypoint", "Worker.run", "Shutdown"]
+AnchorName = Literal["entrypoint", "Worker.plan_step", "constants", "Shutdown"]
 MissingReason = Literal[
     "file missing",
     "file unreadable",
@@ -36,16 +39,21 @@ MissingReason = Literal[
     "signature differs",
     "first statement differs",
     "field missing",
+    "import missing",
+    "no place",
 ]
 
 ENTRYPOINT_FILE: Final = "src/exo/worker/runner/bootstrap.py"
 WORKER_FILE: Final = "src/exo/worker/main.py"
 TASKS_FILE: Final = "src/exo/shared/types/tasks.py"
+CONSTANTS_FILE: Final = "src/exo/shared/constants.py"
 
 ENTRYPOINT_PARAMETERS: Final = ("bound_instance", "event_sender", "task_receiver", "_logger")
 OPTIONAL_PARAMETER: Final = ("cancel_receiver", 3)
 """From exo v1.0.68 on, before `_logger`."""
-WORKER_FIRST_STATEMENT: Final = 'logger.info("Starting Worker")'
+WORKER_FIRST_STATEMENT: Final = "while True:"
+WORKER_HOOK: Final = ("from exo.worker.orphan_guard import guard_worker", "await guard_worker()")
+"""What the series puts before `while True:`: skipped, so a hooked tree keeps its anchor."""
 SHUTDOWN_FIELDS: Final = ("instance_id", "runner_id")
 
 
@@ -86,7 +94,8 @@ class Missing:
 Anchor = Found | Missing
 FILES: Final[dict[AnchorName, str]] = {
     "entrypoint": ENTRYPOINT_FILE,
-    "Worker.run": WORKER_FILE,
+    "Worker.plan_step": WORKER_FILE,
+    "constants": CONSTANTS_FILE,
     "Shutdown": TASKS_FILE,
 }
 
@@ -176,35 +185,61 @@ def _expected(names: Sequence[str]) -> list[str]:
     return expected
 
 
-def worker_run(source: str | None) -> Anchor:
-    """`class Worker` with `async def run(self)` whose first statement is
-    `logger.info("Starting Worker")`."""
-    module = _parse("Worker.run", WORKER_FILE, source)
+def worker_plan_step(source: str | None) -> Anchor:
+    """`class Worker` with `async def plan_step(self)` whose first statement (after
+    the series' own hook, where it is in) is `while True:`."""
+    module = _parse("Worker.plan_step", WORKER_FILE, source)
     if isinstance(module, Missing):
         return module
     worker = _top_level(module.body, "Worker")
     if not isinstance(worker, ast.ClassDef):
-        return _missing("Worker.run", "definition missing", "no top-level `class Worker`")
-    run = _top_level(worker.body, "run")
-    if run is None or isinstance(run, ast.ClassDef):
-        return _missing("Worker.run", "definition missing", "`class Worker` has no method `run`")
-    if not isinstance(run, ast.AsyncFunctionDef):
-        return _missing("Worker.run", "signature differs", "`Worker.run` is not `async def`")
-    names = [argument.arg for argument in (*run.args.posonlyargs, *run.args.args)]
+        return _missing("Worker.plan_step", "definition missing", "no top-level `class Worker`")
+    step = _top_level(worker.body, "plan_step")
+    if step is None or isinstance(step, ast.ClassDef):
+        return _missing(
+            "Worker.plan_step", "definition missing", "`class Worker` has no method `plan_step`"
+        )
+    if not isinstance(step, ast.AsyncFunctionDef):
+        return _missing(
+            "Worker.plan_step", "signature differs", "`Worker.plan_step` is not `async def`"
+        )
+    names = [argument.arg for argument in (*step.args.posonlyargs, *step.args.args)]
     if names != ["self"]:
         return _missing(
-            "Worker.run", "signature differs", f"`Worker.run({', '.join(names)})`, expected `self`"
+            "Worker.plan_step",
+            "signature differs",
+            f"`Worker.plan_step({', '.join(names)})`, expected `self`",
         )
-    # Compared as trees: quotes, spacing and comments may differ, the call may not.
-    if ast.dump(run.body[0]) != ast.dump(ast.parse(WORKER_FIRST_STATEMENT).body[0]):
-        written = ast.get_source_segment(source or "", run.body[0]) or ast.unparse(run.body[0])
+    hook = [ast.dump(ast.parse(line).body[0]) for line in WORKER_HOOK]
+    first = next((node for node in step.body if ast.dump(node) not in hook), None)
+    if not isinstance(first, ast.While) or ast.unparse(first.test) != "True":
+        at = step.body[-1] if first is None else first
+        written = ast.get_source_segment(source or "", at) or ast.unparse(at)
         shown = written.splitlines()[0][:80]
         return _missing(
-            "Worker.run",
+            "Worker.plan_step",
             "first statement differs",
-            f"`{shown}` at line {run.body[0].lineno}, expected `{WORKER_FIRST_STATEMENT}`",
+            f"`{shown}` at line {at.lineno}, expected `{WORKER_FIRST_STATEMENT}`",
         )
-    return _found("Worker.run", source or "", run, f"first statement `{WORKER_FIRST_STATEMENT}`")
+    return _found(
+        "Worker.plan_step", source or "", step, f"first statement `{WORKER_FIRST_STATEMENT}`"
+    )
+
+
+def constants(source: str | None) -> Anchor:
+    """exo's `shared/constants.py`, parsed, with `import os` at its top level."""
+    module = _parse("constants", CONSTANTS_FILE, source)
+    if isinstance(module, Missing):
+        return module
+    imports_os = any(
+        isinstance(node, ast.Import)
+        and any(alias.name == "os" and alias.asname is None for alias in node.names)
+        for node in module.body
+    )
+    if not imports_os:
+        return _missing("constants", "import missing", "no top-level `import os`")
+    last = module.body[-1].lineno if module.body else 1
+    return Found("constants", CONSTANTS_FILE, 1, last, "", "`import os` at the top level")
 
 
 def shutdown(source: str | None) -> Anchor:
@@ -230,7 +265,12 @@ def shutdown(source: str | None) -> Anchor:
     return _found("Shutdown", source or "", task, f"Shutdown({bases}): {origins}")
 
 
-_LOCATORS: Final = {"entrypoint": entrypoint, "Worker.run": worker_run, "Shutdown": shutdown}
+_LOCATORS: Final = {
+    "entrypoint": entrypoint,
+    "Worker.plan_step": worker_plan_step,
+    "constants": constants,
+    "Shutdown": shutdown,
+}
 
 
 def _parse(name: AnchorName, file: str, source: str | None) -> ast.Module | Missing:

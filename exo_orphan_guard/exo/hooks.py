@@ -3,18 +3,19 @@
 exo's runners guard themselves: the in-tree module hands a runner its own Shutdown
 when its worker dies, with the standard library and exo's own code, and never calls
 this package. What the package adds runs outside the runners: `guard_exo_worker`,
-called by the in-tree `guard_worker` (after `Worker.run`'s first log line), starts
-one sweep for leftover runners of a dead exo, on a thread of its own, then makes sure
-a guardian runs (`guardian_start`: one started, detached, if none of this user's
-does), and changes nothing in the worker's environment or its runners; the guardian
-(`service run`) and the CLI's sweeps run outside exo altogether.
+called by the in-tree `guard_worker` on a thread before the worker's plan loop
+begins (exo awaits it, its event loop serving meanwhile), sweeps once for leftover
+runners of a dead exo, so that no new runner meets an orphan still holding the
+node's memory or ports, then makes sure a guardian runs (`guardian_start`: one
+started, detached, if none of this user's does). It changes nothing in the worker's
+environment or its runners; the guardian (`service run`) and the CLI's sweeps run
+outside exo altogether.
 
 It never raises into exo: a failure is one warning and exo goes on unguarded.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 
 from loguru import logger
@@ -25,26 +26,29 @@ from ..system.settings import guard_enabled
 from .guardian_start import ensure_guardian
 from .worker import log_report
 
+_started = threading.Lock()
+_done = threading.Event()
+
 
 def guard_exo_worker() -> None:
-    """Sweep once per process, beside exo's start; then a guardian."""
+    """Sweep, then a guardian, once per process; returns when the sweep has ended
+    (bounded by the busy wait and the grace). exo makes a new Worker at every
+    election: a later caller returns at once, or when the first caller's sweep ends."""
     if not _enabled():
         return
+    if not _started.acquire(blocking=False):
+        _done.wait()
+        return
     try:
-        _sweep_at_start_once()
+        _sweep("the worker's plan loop")
+        _ensure_guardian()
     except Exception as error:  # the guard must never break exo's start-up
         logger.opt(exception=error).warning("orphan guard: could not guard this worker")
+    finally:
+        _done.set()
 
 
-@functools.cache
-def _sweep_at_start_once() -> None:
-    # exo makes a new Worker at every election: one start-up sweep per process.
-    threading.Thread(target=_sweep_then_guard, name="exo-orphan-guard-sweep", daemon=True).start()
-
-
-def _sweep_then_guard() -> None:
-    # The sweep first: a guardian started beside it would sweep the same orphans.
-    _sweep("worker start")
+def _ensure_guardian() -> None:
     try:
         said = ensure_guardian()
     except Exception as error:  # no guardian is no reason to stop exo

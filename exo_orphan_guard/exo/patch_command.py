@@ -234,9 +234,16 @@ def _stored(name: str) -> list[tuple[str, bytes]]:
     return [(file.name, file.read_bytes()) for file in files]
 
 
-def _generated(tree: Path) -> list[tuple[str, bytes]]:
-    """The series for `tree` as it is: the stored patches' messages, this tree's diffs."""
+def _generated(tree: Path, *, imports_at_top: bool = False) -> list[tuple[str, bytes]]:
+    """The series for `tree` as it is: the stored patches' messages, this tree's diffs.
+    With `imports_at_top` (how the stored series is written), the imports go among
+    exo's own; else beside the calls, as `apply` places them."""
     placed = patching.footprint(tree)
+    if imports_at_top:
+        at_top = placement.imports_at_top(placed)
+        if isinstance(at_top, placement.Problem):
+            raise patching.PatchError(at_top.reason)
+        placed = at_top
     template = dict(_stored("main"))
     groups = placement.patches()
     patches: list[tuple[str, bytes]] = []

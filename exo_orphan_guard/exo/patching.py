@@ -158,7 +158,7 @@ def placed_series(placed: placement.Placed) -> Series:
 PATCH_NAMES: Final = (
     "0001-add-optional-orphan-guard-hooks-module.patch",
     "0002-guard-runners-from-the-top-of-entrypoint.patch",
-    "0003-guard-the-worker-from-the-start-of-run.patch",
+    "0003-sweep-before-the-worker-s-plan-loop.patch",
 )
 """The stored series' patches, one for each group of `placement.patches()`."""
 

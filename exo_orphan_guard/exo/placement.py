@@ -1,18 +1,23 @@
 """The hooks placed at the anchors of any exo tree, and taken out again byte for byte.
 
-exo's footprint is three things: the files under `exo_tree/` (the hooks module, new
-files at the same relative paths), two lines and an import at the top of
-`entrypoint` in bootstrap.py, and the same after `logger.info("Starting Worker")`
-in `Worker.run`. The stored series fits two exact trees; this puts the same lines
-into any tree whose anchors `ast` finds (`anchors`), however its other code moved.
+exo's footprint is four things: the files under `exo_tree/` (the hooks module, new
+files at the same relative paths), the toggle appended to `shared/constants.py`, two
+lines and an import at the top of `entrypoint` in bootstrap.py, and the same before
+`while True:` in `Worker.plan_step`. The stored series fits two exact trees; this
+puts the same lines into any tree whose anchors `ast` finds (`anchors`), however its
+other code moved.
 
 Each block is four lines, `from exo.worker.orphan_guard import X`, a blank line, the
 call, a blank line, inserted just before the first non-blank line after the anchor
-(after `entrypoint`'s docstring if it has one; after the `logger.info` statement).
-So a block is always followed by a line of code or a comment, which exo's
-`ruff format` leaves as it is, and the original is recovered by finding the block
-at that same place and removing it: the mapping has one inverse, with nothing
-stored beside the tree.
+(after `entrypoint`'s docstring if it has one). So a block is always followed by a
+line of code or a comment, which exo's `ruff format` leaves as it is, and the
+original is recovered by finding the block at that same place and removing it: the
+mapping has one inverse, with nothing stored beside the tree. The toggle is the last
+line of constants.py, after the blank lines `ruff format` wants there.
+
+`imports_at_top` moves each block's import up among exo's own imports, as exo writes
+them: what the stored series (the pull request against exo main) carries. Placed
+into other trees, the imports stay beside the calls, which fits any of them.
 
 Pure: contents in (path: bytes, None: no such file), contents or a `Problem` out.
 """
@@ -37,8 +42,14 @@ RUNNER_BLOCK: Final = (
     "guard_runner(bound_instance, task_receiver)",
     "",
 )
-WORKER_BLOCK: Final = (f"{HOOKS_IMPORT} guard_worker", "", "guard_worker()", "")
+WORKER_BLOCK: Final = (f"{HOOKS_IMPORT} guard_worker", "", "await guard_worker()", "")
+TOGGLE: Final = "EXO_ORPHAN_GUARD"
+TOGGLE_LINE: Final = f'{TOGGLE} = os.getenv("{TOGGLE}", "false").lower() in ("true", "1")'
 HOOKED_FILES: Final = (anchors.ENTRYPOINT_FILE, anchors.WORKER_FILE)
+_HOOKED: Final[dict[str, tuple[anchors.AnchorName, tuple[str, ...]]]] = {
+    anchors.ENTRYPOINT_FILE: ("entrypoint", RUNNER_BLOCK),
+    anchors.WORKER_FILE: ("Worker.plan_step", WORKER_BLOCK),
+}
 _LINE: Final = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 PlacedState = Literal["applied", "not applied"]
@@ -75,7 +86,7 @@ def new_files() -> dict[str, bytes]:
 
 def files() -> tuple[str, ...]:
     """Every file the footprint touches, in the order the series does."""
-    return (*new_files(), *HOOKED_FILES)
+    return (*new_files(), anchors.CONSTANTS_FILE, *HOOKED_FILES)
 
 
 def inputs() -> tuple[str, ...]:
@@ -84,8 +95,9 @@ def inputs() -> tuple[str, ...]:
 
 
 def patches() -> tuple[tuple[str, ...], ...]:
-    """The files of each patch of the series: the new files, then each hooked file."""
-    return (tuple(new_files()), *((path,) for path in HOOKED_FILES))
+    """The files of each patch of the series: the new files and the toggle, then each
+    hooked file."""
+    return ((*new_files(), anchors.CONSTANTS_FILE), *((path,) for path in HOOKED_FILES))
 
 
 def placement(contents: Mapping[str, bytes | None]) -> Placed | Problem:
@@ -93,14 +105,10 @@ def placement(contents: Mapping[str, bytes | None]) -> Placed | Problem:
     versions of the tree; or why they cannot be placed."""
     added = new_files()
     present = [path for path in added if contents.get(path) is not None]
-    blocks: dict[str, tuple[anchors.AnchorName, tuple[str, ...]]] = {
-        anchors.ENTRYPOINT_FILE: ("entrypoint", RUNNER_BLOCK),
-        anchors.WORKER_FILE: ("Worker.run", WORKER_BLOCK),
-    }
     original: dict[str, bytes | None] = {path: None for path in added}
     patched: dict[str, bytes | None] = dict(added)
-    found_blocks: list[str] = []
-    for path, (name, block) in blocks.items():
+    found: list[str] = []
+    for path, (name, block) in _HOOKED.items():
         located = _locate(name, contents.get(path))
         if isinstance(located, Problem):
             return located
@@ -108,68 +116,164 @@ def placement(contents: Mapping[str, bytes | None]) -> Placed | Problem:
         lines = _LINE.findall(text)
         wanted = _block_lines(block, indent, _ending(lines, index))
         if tuple(lines[index : index + len(wanted)]) == wanted:
-            found_blocks.append(path)
+            found.append(path)
             original[path] = b"".join(lines[:index] + lines[index + len(wanted) :])
             patched[path] = text
         else:
-            if HOOKS_IMPORT.encode() in text or b"orphan_guard" in text:
+            if b"orphan_guard" in text:
                 return Problem(path, f"{path} has orphan_guard lines where the series puts none")
             original[path] = text
             patched[path] = b"".join([*lines[:index], *wanted, *lines[index:]])
+    toggle = _toggle(contents.get(anchors.CONSTANTS_FILE))
+    if isinstance(toggle, Problem):
+        return toggle
+    constants_original, constants_patched, toggled = toggle
+    original[anchors.CONSTANTS_FILE] = constants_original
+    patched[anchors.CONSTANTS_FILE] = constants_patched
+    if toggled:
+        found.append(anchors.CONSTANTS_FILE)
     task = contents.get(anchors.TASKS_FILE)
     shutdown = anchors.shutdown(None if task is None else task.decode("utf-8", "replace"))
     if isinstance(shutdown, anchors.Missing):
         # The runner's hook ends it with exo's own Shutdown task: without one, no place.
         return Problem(shutdown.file, shutdown.describe(), shutdown)
-    complete = len(found_blocks) == len(blocks) and len(present) == len(added)
     for path in present:
         if contents[path] != added[path]:
             return Problem(path, f"{path} exists and differs from the one the series adds")
-    if complete:
+    if len(found) == len(_HOOKED) + 1 and len(present) == len(added):
         return Placed("applied", original, patched)
-    if found_blocks or present:
-        there = ", ".join([*present, *(f"the hook in {path}" for path in found_blocks)])
-        return Problem(
-            (found_blocks or present)[0], f"the hooks are partly in: {there}, not the rest"
-        )
+    if found or present:
+        there = ", ".join([*present, *(f"the hook in {path}" for path in found)])
+        return Problem((found or present)[0], f"the hooks are partly in: {there}, not the rest")
     return Placed("not applied", original, patched)
+
+
+def imports_at_top(placed: Placed) -> Placed | Problem:
+    """`placed` with each block's import moved up among the file's own `from exo.`
+    imports, where ruff's isort puts it: the shape exo's maintainers write."""
+    patched = dict(placed.patched)
+    for path, (name, block) in _HOOKED.items():
+        source = placed.original[path]
+        assert source is not None  # placed: the hooked files are there
+        located = _locate(name, source)
+        if isinstance(located, Problem):  # pragma: no cover - placement() located it
+            return located
+        _, index, indent = located
+        lines = _LINE.findall(source)
+        at = _import_index(path, source, block[0])
+        if isinstance(at, Problem):
+            return at
+        if at > index:
+            return Problem(path, f"{path}: exo's imports come after the place of the hook")
+        ending = _ending(lines, index)
+        call = _block_lines(block[2:], indent, ending)
+        moved = [*lines[:at], block[0].encode() + ending, *lines[at:index], *call, *lines[index:]]
+        patched[path] = b"".join(moved)
+    return Placed(placed.state, placed.original, patched)
+
+
+def _import_index(path: str, source: bytes, line: str) -> int | Problem:
+    """The 0-based line before which `line` (`from exo.x import y`) goes: right after
+    the last top-level `from exo.` import whose module sorts before it, else before
+    the first one."""
+    module = line.split()[1]
+    tree = ast.parse(source.decode("utf-8", errors="surrogateescape"))
+    exo_imports = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom)
+        and node.level == 0
+        and node.module is not None
+        and node.module.split(".")[0] == "exo"
+    ]
+    if not exo_imports:
+        return Problem(path, f"{path} has no top-level `from exo.` import to sort beside")
+    before = [node for node in exo_imports if node.module is not None and node.module < module]
+    if before:
+        return before[-1].end_lineno or before[-1].lineno
+    return exo_imports[0].lineno - 1
+
+
+def _toggle(source: bytes | None) -> tuple[bytes, bytes, bool] | Problem:
+    """constants.py (original, with the toggle, whether it is in): the toggle is its
+    last line, after one blank line, or two where the code before ends in a `def` or
+    a `class` (as `ruff format` wants)."""
+    file = anchors.CONSTANTS_FILE
+    text = None if source is None else source.decode("utf-8", errors="surrogateescape")
+    found = anchors.constants(text)
+    if isinstance(found, anchors.Missing):
+        return Problem(file, found.describe(), found)
+    assert source is not None and text is not None  # found: there is a file
+    lines = _LINE.findall(source)
+    ending = _ending(lines, len(lines))
+    toggle = TOGGLE_LINE.encode() + ending
+    if source.endswith(ending + toggle):
+        original = source[: -len(toggle)].rstrip(b"\r\n") + ending
+        if _toggled(original, ending) == source:
+            return original, source, True
+    if TOGGLE.encode() in source:
+        return _no_place(f"{file} already has {TOGGLE}, not as the series' last line")
+    if not lines or not lines[-1].endswith(ending) or not lines[-1].strip():
+        return _no_place(f"{file} does not end in one line ending after its code")
+    return source, _toggled(source, ending), False
+
+
+def _toggled(original: bytes, ending: bytes) -> bytes:
+    module = ast.parse(original.decode("utf-8", errors="surrogateescape"))
+    last: ast.stmt | None = module.body[-1] if module.body else None
+    while last is not None and not isinstance(last, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(last, ast.ClassDef):
+            break
+        body: list[ast.stmt] = [
+            *getattr(last, "body", []),
+            *getattr(last, "orelse", []),
+            *getattr(last, "finalbody", []),
+        ]
+        handlers = getattr(last, "handlers", [])
+        ends = [*body, *(handler.body[-1] for handler in handlers if handler.body)]
+        last = max(ends, key=lambda node: node.end_lineno or node.lineno) if ends else None
+    blank = 2 if last is not None else 1
+    return original + ending * blank + TOGGLE_LINE.encode() + ending
+
+
+def _no_place(detail: str) -> Problem:
+    missing = anchors.Missing("constants", anchors.CONSTANTS_FILE, "no place", detail)
+    return Problem(anchors.CONSTANTS_FILE, missing.describe(), missing)
 
 
 def _locate(name: anchors.AnchorName, source: bytes | None) -> tuple[bytes, int, str] | Problem:
     """The file, the 0-based line before which the block goes, and the indentation."""
     file = anchors.FILES[name]
     text = None if source is None else source.decode("utf-8", errors="surrogateescape")
-    found = anchors.entrypoint(text) if name == "entrypoint" else anchors.worker_run(text)
+    found = anchors.entrypoint(text) if name == "entrypoint" else anchors.worker_plan_step(text)
     if isinstance(found, anchors.Missing):
         return Problem(file, found.describe(), found)
     assert source is not None and text is not None  # found: there is a file
     module = ast.parse(text)
+    lines = _LINE.findall(source)
     if name == "entrypoint":
-        node = _last_def(module.body, "entrypoint")
-        first = node.body[0]
-        docstring = (
-            isinstance(first, ast.Expr)
-            and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)
-        )
-        lines = _LINE.findall(source)
-        if docstring:
-            start = first.end_lineno or first.lineno  # the line after the docstring
-        else:
-            # Back from the first statement over comments and blank lines: the line
-            # after the signature's colon.
-            start = first.lineno - 1
-            while start > node.lineno and _blank_or_comment(lines[start - 1]):
-                start -= 1
+        node: ast.FunctionDef | ast.AsyncFunctionDef = _last_def(module.body, "entrypoint")
     else:
         worker = _last_class(module.body, "Worker")
-        run = next(
+        node = next(
             item
             for item in reversed(worker.body)
-            if isinstance(item, ast.AsyncFunctionDef) and item.name == "run"
+            if isinstance(item, ast.AsyncFunctionDef) and item.name == "plan_step"
         )
-        start = run.body[0].end_lineno or run.body[0].lineno
-        lines = _LINE.findall(source)
+    first = node.body[0]
+    docstring = (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    )
+    if docstring:
+        start = first.end_lineno or first.lineno  # the line after the docstring
+    else:
+        # Back from the first statement over comments and blank lines: the line after
+        # the signature's colon.
+        start = first.lineno - 1
+        while start > node.lineno and _blank_or_comment(lines[start - 1]):
+            start -= 1
     index = start
     while index < len(lines) and not lines[index].strip():
         index += 1

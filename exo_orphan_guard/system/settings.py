@@ -23,6 +23,7 @@ RUNNER_ENV: Final = "EXO_ORPHAN_GUARD_RUNNER"
 """Set by `guard_runner()` in the runner and inherited by everything it starts: on
 Linux, the proof that a process in a dead runner's group was started by that runner."""
 EXO_HOME_ENV: Final = "EXO_HOME"
+XDG_CACHE_ENV: Final = "XDG_CACHE_HOME"
 """exo's own: its home, relative to the user's home (exo's shared/constants.py)."""
 REGISTRY_NAME: Final = "orphan-guard"
 BACKEND_ENV: Final = "EXO_ORPHAN_GUARD_BACKEND"
@@ -189,29 +190,42 @@ def grace_setting() -> Parsed[float]:
     return parse_grace(os.environ.get(GRACE_ENV))
 
 
-def registry_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """`EXO_ORPHAN_GUARD_DIR`; else `orphan-guard` in exo's home as exo finds it
-    (`~/$EXO_HOME`, as exo's constants.py reads it), else `~/.exo/orphan-guard` (exo's
-    home on macOS, and where every earlier release of the guard wrote)."""
+def exo_cache_home(environ: Mapping[str, str] | None = None, platform: str = sys.platform) -> Path:
+    """exo's cache directory, `EXO_CACHE_HOME` in exo's constants.py: `~/$EXO_HOME`
+    when set, else `~/.exo` on macOS and `$XDG_CACHE_HOME/exo` (default
+    `~/.cache/exo`) on Linux."""
+    env = os.environ if environ is None else environ
+    exo_home = env.get(EXO_HOME_ENV)
+    if exo_home is not None:
+        return Path.home() / exo_home
+    if platform != "linux":
+        return Path.home() / ".exo"
+    cache = env.get(XDG_CACHE_ENV, "").strip() or str(Path.home() / ".cache")
+    return Path(cache) / "exo"
+
+
+def registry_dir(environ: Mapping[str, str] | None = None, platform: str = sys.platform) -> Path:
+    """`EXO_ORPHAN_GUARD_DIR`; else `orphan-guard` in exo's cache directory, where
+    exo's in-tree hooks module writes its hand-over markers (`exo_cache_home`)."""
     env = os.environ if environ is None else environ
     override = env.get(DIR_ENV, "").strip()
     if override:
         return Path(override).expanduser()
-    exo_home = env.get(EXO_HOME_ENV)
-    if exo_home is not None:
-        return Path.home() / exo_home / REGISTRY_NAME
-    return former_registry_dir()
+    return exo_cache_home(env, platform) / REGISTRY_NAME
 
 
 def former_registry_dir() -> Path:
-    """Where the registry was before `EXO_HOME` counted: swept, and read by `doctor`,
-    beside the one `registry_dir` names, until nothing is left in it."""
+    """Where the registry was before it followed exo's directories (`~/.exo`, exo's
+    home on macOS): swept, and read by `doctor`, beside the one `registry_dir`
+    names, until nothing is left in it."""
     return Path.home() / ".exo" / REGISTRY_NAME
 
 
-def registry_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
+def registry_dirs(
+    environ: Mapping[str, str] | None = None, platform: str = sys.platform
+) -> tuple[Path, ...]:
     """The registry, then the former one where it differs (and only then)."""
-    current = registry_dir(environ)
+    current = registry_dir(environ, platform)
     env = os.environ if environ is None else environ
     former = former_registry_dir()
     if env.get(DIR_ENV, "").strip() or current == former:
@@ -220,18 +234,9 @@ def registry_dirs(environ: Mapping[str, str] | None = None) -> tuple[Path, ...]:
 
 
 def exo_pidfile(environ: Mapping[str, str] | None = None, platform: str = sys.platform) -> Path:
-    """Where exo main writes `exo.pid` (its cache directory, `EXO_CACHE_HOME` in exo's
-    constants.py): `~/$EXO_HOME` when set, else `~/.exo` on macOS and
-    `$XDG_CACHE_HOME/exo` (default `~/.cache/exo`) on Linux. Read only: exo holds its
-    lock (flopen), and taking it would fail exo's next start."""
-    env = os.environ if environ is None else environ
-    exo_home = env.get(EXO_HOME_ENV)
-    if exo_home is not None:
-        return Path.home() / exo_home / "exo.pid"
-    if platform == "darwin":
-        return Path.home() / ".exo" / "exo.pid"
-    cache = env.get("XDG_CACHE_HOME", "").strip() or str(Path.home() / ".cache")
-    return Path(cache) / "exo" / "exo.pid"
+    """Where exo main writes `exo.pid`, in its cache directory. Read only: exo holds
+    its lock (flopen), and taking it would fail exo's next start."""
+    return exo_cache_home(environ, platform) / "exo.pid"
 
 
 SCAN_INTERVAL_ENV: Final = "EXO_ORPHAN_GUARD_SCAN_INTERVAL"

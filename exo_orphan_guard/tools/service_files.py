@@ -71,13 +71,14 @@ def wants_link(unit: Path) -> Path:
 
 
 def passed_environment(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """exo's home and every `EXO_ORPHAN_GUARD*` setting set here, sorted by name."""
+    """exo's home, the cache directory exo reads on Linux, and every
+    `EXO_ORPHAN_GUARD*` setting set here, sorted by name."""
     return tuple(
         (name, environ[name])
         for name in sorted(environ)
         if name not in _PER_PROCESS
         and (
-            name in (settings.EXO_HOME_ENV, settings.TOGGLE_ENV)
+            name in (settings.EXO_HOME_ENV, settings.XDG_CACHE_ENV, settings.TOGGLE_ENV)
             or name.startswith(f"{settings.TOGGLE_ENV}_")
         )
     )

@@ -12,11 +12,13 @@ own safe points (idle, or between two decode steps) and `Runner.shutdown` ends i
 Nothing else in the runner changes: no signal handler, no process group, no child
 process, nothing patched. Standard library and exo's own code only; off by default.
 
-The worker also leaves a hand-over marker (`<dir>/handover/<pid>.json`) for a
-guardian outside exo (exo-orphan-guard's `service run`), which then gives such
-runners their grace before it ends them itself, and, if the exo-orphan-guard
-package is installed, starts its sweep for leftover runners of a dead exo. A
-failure anywhere here is one warning, and exo runs on unguarded.
+The worker, before its plan loop starts, leaves a hand-over marker
+(`<dir>/handover/<pid>.json`, in EXO_CACHE_HOME) for a guardian outside exo
+(exo-orphan-guard's `service run`), which then gives such runners their grace before
+it ends them itself, and, if the exo-orphan-guard package is installed, awaits its
+sweep for leftover runners of a dead exo, off the event loop, so that no new runner
+meets an orphan still holding the node's memory or ports. A failure anywhere here is
+one warning, and exo runs on unguarded.
 """
 
 import importlib
@@ -29,13 +31,14 @@ import threading
 import time
 from pathlib import Path
 
+from anyio import to_thread
 from loguru import logger
 
+from exo.shared.constants import EXO_CACHE_HOME, EXO_ORPHAN_GUARD
 from exo.shared.types.tasks import Shutdown, Task
 from exo.shared.types.worker.instances import BoundInstance
 from exo.utils.channels import MpReceiver, MpSender
 
-EXO_ORPHAN_GUARD = os.getenv("EXO_ORPHAN_GUARD", "false").lower() in ("true", "1")
 PACKAGE = "exo_orphan_guard"
 PACKAGE_HOOKS = "exo_orphan_guard.exo.hooks"
 
@@ -79,10 +82,15 @@ def _shutdown_when_gone(
         logger.warning(f"orphan guard: could not hand this runner Shutdown ({error!r})")
 
 
-def guard_worker() -> None:
-    """First in the worker: a marker for the guardian, and the package's sweep."""
+async def guard_worker() -> None:
+    """First in the worker's plan loop: a marker for the guardian, and the package's
+    sweep, awaited on a thread while the node's other tasks run on."""
     if not EXO_ORPHAN_GUARD:
         return
+    await to_thread.run_sync(_guard_worker, abandon_on_cancel=True)
+
+
+def _guard_worker() -> None:
     try:
         _write_handover_marker()
     except Exception as error:  # noqa: BLE001
@@ -108,10 +116,7 @@ def _guard_dir() -> Path:
     override = os.getenv("EXO_ORPHAN_GUARD_DIR", "").strip()
     if override:
         return Path(override).expanduser()
-    exo_home = os.getenv("EXO_HOME")
-    if exo_home is not None:
-        return Path.home() / exo_home / "orphan-guard"
-    return Path.home() / ".exo" / "orphan-guard"
+    return EXO_CACHE_HOME / "orphan-guard"
 
 
 def _write_handover_marker() -> None:

@@ -1,7 +1,8 @@
 """The orphan guard (exo/worker/orphan_guard.py), with no package installed: off by
 default; on, a runner whose worker is SIGKILLed takes its own Shutdown and ends, and
 without it is left running (what the guard is for); the worker writes its hand-over
-marker and reaches the optional package; every failure is one warning."""
+marker and awaits the optional package off its event loop; every failure is one
+warning."""
 
 import importlib
 import json
@@ -10,6 +11,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from importlib.abc import MetaPathFinder
@@ -18,9 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
+import anyio
 import pytest
 from loguru import logger
 
+from exo.shared import constants
 from exo.shared.types.tasks import Shutdown, Task
 from exo.shared.types.worker.instances import BoundInstance
 from exo.utils.channels import MpReceiver, mp_channel
@@ -37,7 +41,8 @@ def _bound_instance() -> BoundInstance:
 def hooks_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
-    importlib.reload(orphan_guard)  # as the rest of the suite imported it
+    importlib.reload(constants)  # as the rest of the suite imported them
+    importlib.reload(orphan_guard)
 
 
 def _reload(monkeypatch: pytest.MonkeyPatch, toggle: str | None) -> None:
@@ -45,6 +50,7 @@ def _reload(monkeypatch: pytest.MonkeyPatch, toggle: str | None) -> None:
         monkeypatch.delenv("EXO_ORPHAN_GUARD", raising=False)
     else:
         monkeypatch.setenv("EXO_ORPHAN_GUARD", toggle)
+    importlib.reload(constants)
     importlib.reload(orphan_guard)
 
 
@@ -66,17 +72,21 @@ def test_the_toggle_is_read_as_exo_reads_its_own(
     monkeypatch: pytest.MonkeyPatch, toggle: str | None, on: bool
 ):
     _reload(monkeypatch, toggle)
+    assert constants.EXO_ORPHAN_GUARD is on
     assert orphan_guard.EXO_ORPHAN_GUARD is on
 
 
 class _FakeHooks(ModuleType):
-    def __init__(self, fail: bool) -> None:
+    def __init__(self, fail: bool, seconds: float = 0.0) -> None:
         super().__init__(orphan_guard.PACKAGE_HOOKS)
         self.calls = 0
         self.fail = fail
+        self.seconds = seconds
+        self.released = threading.Event()
 
     def guard_exo_worker(self) -> None:
         self.calls += 1
+        self.released.wait(self.seconds)  # a sweep waiting on an orphan's ending
         if self.fail:
             raise RuntimeError("broken")
 
@@ -121,7 +131,7 @@ def test_the_worker_writes_its_marker_and_reaches_the_package_only_when_on(
     _reload(monkeypatch, toggle)
     before = time.time()
 
-    orphan_guard.guard_worker()
+    anyio.run(orphan_guard.guard_worker)
 
     marker = tmp_path / "guard" / "handover" / f"{os.getpid()}.json"
     assert hooks.calls == (1 if toggle else 0)
@@ -136,21 +146,71 @@ def test_the_worker_writes_its_marker_and_reaches_the_package_only_when_on(
 
 @pytest.mark.usefixtures("hooks_with")
 @pytest.mark.parametrize(
-    ("env", "where"),
-    [
-        ({"EXO_ORPHAN_GUARD_DIR": "/x/g", "EXO_HOME": "h"}, "/x/g"),
-        ({"EXO_ORPHAN_GUARD_DIR": " ", "EXO_HOME": "h"}, "~/h/orphan-guard"),
-        ({}, "~/.exo/orphan-guard"),
-    ],
+    ("override", "where"),
+    [("/x/g", Path("/x/g")), (" ", constants.EXO_CACHE_HOME / "orphan-guard")]
+    + [(None, constants.EXO_CACHE_HOME / "orphan-guard")],
 )
 def test_the_marker_goes_where_the_guardian_looks(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], where: str
+    monkeypatch: pytest.MonkeyPatch, override: str | None, where: Path
 ):
-    for name in ("EXO_ORPHAN_GUARD_DIR", "EXO_HOME"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert orphan_guard._guard_dir() == Path(where).expanduser()  # pyright: ignore[reportPrivateUsage]
+    monkeypatch.delenv("EXO_ORPHAN_GUARD_DIR", raising=False)
+    if override is not None:
+        monkeypatch.setenv("EXO_ORPHAN_GUARD_DIR", override)
+    assert orphan_guard._guard_dir() == where  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.usefixtures("hooks_with")
+def test_the_worker_awaits_the_package_while_its_event_loop_serves(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setenv("EXO_ORPHAN_GUARD_DIR", str(tmp_path / "guard"))
+    hooks = _FakeHooks(fail=False, seconds=0.5)
+    _install(monkeypatch, hooks)
+    _reload(monkeypatch, "true")
+    ticks: list[float] = []
+
+    async def plan_step() -> float:
+        await orphan_guard.guard_worker()
+        return time.monotonic()
+
+    async def main() -> tuple[float, float]:
+        started = returned = time.monotonic()
+        async with anyio.create_task_group() as tg:
+
+            async def tick() -> None:
+                while hooks.calls == 0 or len(ticks) < 10:
+                    ticks.append(time.monotonic())
+                    await anyio.sleep(0.01)
+
+            tg.start_soon(tick)
+            returned = await plan_step()
+        return started, returned
+
+    started, returned = anyio.run(main)
+
+    assert hooks.calls == 1
+    assert returned - started >= 0.5, "the plan loop began before the sweep ended"
+    assert len([at for at in ticks if at < returned]) >= 3, "the event loop stalled"
+
+
+@pytest.mark.usefixtures("hooks_with")
+def test_a_cancelled_worker_does_not_wait_for_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    monkeypatch.setenv("EXO_ORPHAN_GUARD_DIR", str(tmp_path / "guard"))
+    hooks = _FakeHooks(fail=False, seconds=60.0)
+    _install(monkeypatch, hooks)
+    _reload(monkeypatch, "true")
+
+    async def main() -> None:
+        with anyio.move_on_after(0.2):
+            await orphan_guard.guard_worker()
+
+    try:
+        anyio.run(main)  # returns at the cancel, with the sweep still under way
+        assert hooks.calls == 1 and not hooks.released.is_set()
+    finally:
+        hooks.released.set()
 
 
 @pytest.mark.usefixtures("hooks_with")
@@ -172,7 +232,7 @@ def test_every_failure_in_the_worker_hook_is_one_warning(
             _install(monkeypatch, _FakeHooks(fail=True))
     _reload(monkeypatch, "true")
 
-    orphan_guard.guard_worker()  # raises nothing
+    anyio.run(orphan_guard.guard_worker)  # raises nothing
 
     assert len(warnings) == (0 if package == "absent" else 1), warnings
 
