@@ -37,7 +37,7 @@ SUPERVISOR = {
     "v1.0.71": "src/exo/worker/runner/runner_supervisor.py",
 }
 CLI = [sys.executable, "-m", "exo_orphan_guard"]
-EXO_TEST = "src/exo/worker/tests/unittests/test_runner/test_runner_supervisor.py"
+EXO_TEST = "src/exo/worker/tests/unittests/test_runner/test_supervisor_stop.py"
 
 
 @pytest.mark.parametrize("version", STOP_VERSIONS)
