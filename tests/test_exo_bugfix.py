@@ -24,7 +24,7 @@ import pytest
 from exo_orphan_guard.exo import bugfix
 
 from .helpers.exo_stop import STOP_VERSIONS, stop_round
-from .helpers.exo_trees import REPO, exo_environment
+from .helpers.exo_trees import REPO, exo_environment, exo_src
 from .test_exo_checks import BASEDPYRIGHT, GIT, RUFF, basedpyright, exo_python, pristine, tool_venv
 
 pytestmark = [
@@ -67,7 +67,9 @@ def test_without_the_bugfix_exos_own_stop_ends_the_idle_runner_by_sigterm(
 
 @pytest.fixture(scope="session")
 def tools() -> Path:
-    """exo's ruff and basedpyright, as its uv.lock pins them at both versions."""
+    """exo's ruff and basedpyright, as its uv.lock pins them at both versions (and
+    without exo, no tools: the tests skip first)."""
+    exo_src()
     return tool_venv("exo-tools", RUFF, BASEDPYRIGHT)
 
 
