@@ -2,6 +2,7 @@
 
     python -m bench.run_all [--only watch,idle] [--rounds 200] [--idle-seconds 60]
     python -m bench.run_all --only guardian [--guardian-idle-seconds 600]
+    python -m bench.run_all --only exo-stop [--exo-stop-rounds 5]   (opt-in: real exo)
 
 Each section writes bench/results/<section>.md (kept in git); the document is
 assembled from every section file present, so one section can be re-run alone.
@@ -54,7 +55,11 @@ SECTION_ORDER = [
     "launch",
     "guardian",
     "start",
+    "exo-stop",
 ]
+OPT_IN = ("exo-stop",)
+"""Sections that run only when `--only` names them: they need real exo (EXO_SRC,
+MLX_LM_SRC, as `make test-exo`)."""
 
 INTRO = """# Benchmarks
 
@@ -410,6 +415,24 @@ def start_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def exo_stop_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    from . import exo_stop
+
+    rounds: int = arguments.exo_stop_rounds
+    done = exo_stop.run(rounds, list(exo_stop.VERSIONS), scratch / "rounds.jsonl")
+    return "\n".join(
+        [
+            _header(
+                "exo's own stop: pristine against the bugfix series",
+                f"python -m bench.run_all --only exo-stop --exo-stop-rounds {rounds}",
+            ),
+            f"{rounds} rounds per row. {exo_stop.DESCRIPTION}\n",
+            exo_stop.render(done),
+            "",
+        ]
+    )
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
@@ -422,12 +445,15 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "launch": launch_section,
     "guardian": guardian_section,
     "start": start_section,
+    "exo-stop": exo_stop_section,
 }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.run_all")
-    parser.add_argument("--only", default=",".join(SECTION_ORDER))
+    parser.add_argument(
+        "--only", default=",".join(name for name in SECTION_ORDER if name not in OPT_IN)
+    )
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--sweep-repetitions", type=int, default=40)
@@ -442,6 +468,7 @@ def main() -> None:
     parser.add_argument("--guardian-idle-seconds", type=float, default=600.0)
     parser.add_argument("--guardian-notice-rounds", type=int, default=20)
     parser.add_argument("--start-repetitions", type=int, default=40)
+    parser.add_argument("--exo-stop-rounds", type=int, default=5)
     arguments = parser.parse_args()
     chosen = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard._version import __version__
-from exo_orphan_guard.exo import patching, placement
+from exo_orphan_guard.exo import bugfix, patching, placement
 
 from .helpers.cli import run_cli
 from .helpers.dist import ROOT, Dist, built_dist
@@ -59,6 +59,11 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
         for patch_name, _ in series.diffs:
             assert f"{directory}/{patch_name}" in names
         assert f"{directory}/{patching.COVER_LETTER}" in names
+    for version in bugfix.VERSIONS:  # the separate bugfix series
+        stored = bugfix.patches(version)
+        assert stored, version
+        for patch in stored:
+            assert f"exo_orphan_guard/exo/patches/bugfix/{version}/{patch.name}" in names
     for path in placement.new_files():  # what the series adds to exo's tree
         assert f"exo_orphan_guard/exo/exo_tree/{path}" in names
 

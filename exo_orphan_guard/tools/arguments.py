@@ -107,6 +107,12 @@ def _patch_arguments(command: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="export: where the series goes (default: ./orphan-guard-<series>)",
     )
+    command.add_argument(
+        "--bugfix",
+        action="store_true",
+        help="export: the bugfix series for exo's own stop instead "
+        "(default: ./exo-bugfix-<series>)",
+    )
 
 
 def _explain_arguments(command: argparse.ArgumentParser) -> None:

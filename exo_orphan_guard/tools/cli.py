@@ -119,9 +119,22 @@ def _patch(arguments: argparse.Namespace) -> int:
     if out is not None and action != "export":
         raise UsageError(f"--out is for export, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
+    if arguments.bugfix:
+        return _bugfix(action, tree, out)
     try:
         return patch_command.run(action, tree, source, lock=not arguments.no_lock, out=out)
     except patch_command.PatchCommandError as error:
+        raise UsageError(str(error)) from error
+
+
+def _bugfix(action: str, tree: Path, out: Path | None) -> int:
+    from ..exo import bugfix
+
+    if action != "export":
+        raise UsageError(f"--bugfix is for export, not {action}")
+    try:
+        return bugfix.export(tree, out)
+    except bugfix.BugfixError as error:
         raise UsageError(str(error)) from error
 
 

@@ -7,6 +7,7 @@ the terminal): it starts that process in a session of its own, then
 - `app`: SIGINT to its pid, 5 s, SIGTERM, 3 s, SIGKILL (`ExoProcessController.swift`),
   each only while it still runs;
 - `ctrl-c`: SIGINT to its whole process group, once (what a terminal sends);
+- `stop`: SIGINT to its pid, once: exo's own stop alone (`tests/helpers/exo_stop.py`);
 
 and watches each runner until it is gone (or `observe` seconds): when, and how
 (what exo's process saw when it reaped it, or the guard's `ended` line, or alive).
@@ -43,7 +44,7 @@ from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liven
 from tests.helpers.exo_trees import REPO, SUPPORT
 from tests.helpers.processes import carrying, kill_all
 
-Scenario = Literal["app", "ctrl-c"]
+Scenario = Literal["app", "ctrl-c", "stop"]
 APP_STEPS = ((signal.SIGINT, 0.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 8.0))
 TOKEN = "EOG_APP_QUIT_TOKEN"
 
@@ -180,6 +181,8 @@ def run_round(
         runners = {role: identity_of(pid) for role, pid in ready["pids"].items()}
         t0, wall0 = time.monotonic(), time.time()
         pending = list(APP_STEPS) if scenario == "app" else []
+        if scenario == "stop":  # exo's own stop alone: its handler's shutdown(), once
+            pending = [APP_STEPS[0]]
         if scenario == "ctrl-c":
             os.killpg(exo.pid, signal.SIGINT)
             result.signals.append(("SIGINT to the group", 0.0))
