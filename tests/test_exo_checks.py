@@ -151,13 +151,13 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
         assert checked.returncode == 0, f"with package: {with_package}\n{checked.stdout}"
         assert summary == ["0 errors, 0 warnings, 0 notes"], checked.stdout
 
-    # The same checks fail on the runner's hunk made wrong (no blank line after its
-    # import, an argument missing): they can fail.
+    # The same checks fail on the runner's call made wrong (spaces ruff format takes
+    # out, an argument missing): they can fail.
     bootstrap = tree / anchors.ENTRYPOINT_FILE
     text = bootstrap.read_text()
-    placed = "guard_runner\n\n    guard_runner(bound_instance, task_receiver)"
+    placed = "    guard_runner(bound_instance, task_receiver)\n"
     assert placed in text
-    bootstrap.write_text(text.replace(placed, "guard_runner\n    guard_runner(bound_instance)"))
+    bootstrap.write_text(text.replace(placed, "    guard_runner( bound_instance )\n"))
     formatted = subprocess.run(
         [str(ruff), "format", "--check", str(bootstrap)], cwd=tree, capture_output=True
     )

@@ -76,6 +76,7 @@ def test_what_ends_exos_real_runner(
         runner = identity_of(report["runner_pid"])
         assert runner is not None
         path = notes / f"{runner.pid}.jsonl"
+        (notes / f"{runner.pid}.go").touch()  # the worker saw it idle: `gil` may begin
         deadline = time.monotonic() + 120.0
         while doing != "idle" and not (path.exists() and path.read_text()):
             assert time.monotonic() < deadline, f"exo's runner never began: {doing}"

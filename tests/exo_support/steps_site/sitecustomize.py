@@ -8,7 +8,10 @@ mode:
 - `load`: short MLX evals one after another in Python, never looking at its tasks,
   as exo's weight loading does between layers;
 - `eval`: one `mx.eval` of about `EOG_STEPS_EVAL_SECONDS`, then back to exo's loop;
-- `gil`: a native call that holds the GIL and never returns;
+- `gil`: a native call that holds the GIL and never returns, once
+  `<EOG_STEPS_NOTES>/<pid>.go` exists (the test makes it when the worker has seen the
+  runner idle: held sooner, the GIL would keep the event queue's feeder thread from
+  ever sending `RunnerIdle`);
 - `decode`: exo's own decode loop (`Runner.handle_generation_tasks`, exo main) on a
   text generation that never finishes, its engine one short `mx.eval` per step (no
   model: exo's loop, its checks between steps and its `shutdown` are exo's own).
@@ -81,7 +84,11 @@ def _eval() -> None:
 def _gil() -> None:
     import ctypes
     import signal
+    import time
 
+    go = os.path.join(_NOTES, f"{os.getpid()}.go")
+    while not os.path.exists(go):
+        time.sleep(0.02)
     _note("holding the gil")
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
     while True:
