@@ -192,9 +192,13 @@ def test_exos_worker_hook_returns_once_the_dead_exos_runners_are_gone(
             [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
         )
         assert worker.stdout.split() == ["True", "again"], worker.stderr
+        # The hook then started a guardian; left running, it would sweep later tests'
+        # orphans.
+        assert wait_until(lambda: _running(isolated_environment) is not None, 15.0)
     finally:
         state = _running(isolated_environment)
         if state is not None:
             os.kill(state.pid, signal.SIGTERM)
+            assert wait_until(lambda: identity_of(state.pid) is None, 15.0)
         if identity_of(orphan.pid) is not None:
             os.kill(orphan.pid, signal.SIGKILL)
