@@ -42,6 +42,9 @@ def test_a_worker_starts_one_guardian_detached_and_then_leaves_it_be(
     assert state is not None and state.mode == "worker"
     try:
         assert process_group(state.pid) != os.getpgrp(), "exo's Ctrl-C would reach it"
+        # Not exo's child: a guardian never watches its own ancestors.
+        ancestors = [parent.pid for parent in psutil.Process(state.pid).parents()]
+        assert os.getpid() not in ancestors, ancestors
         assert ensure_guardian() == f"the guardian runs (pid {state.pid}, worker)"
     finally:
         os.kill(state.pid, signal.SIGTERM)

@@ -3,6 +3,10 @@ source install needs no `service install`: if none of this user's runs, it start
 one, detached (a session of its own: exo's Ctrl-C never reaches it), that watches
 this worker from the start and leaves by itself once no exo is left to watch. One
 run as a service (launchd, systemd) is left alone, and never leaves.
+
+The guardian is started through a short-lived launcher, so that it is not exo's
+child: a guardian never watches its own ancestors (its sweep never ends them), so as
+exo's child it would never watch the exo that started it, and leave.
 """
 
 from __future__ import annotations
@@ -18,6 +22,13 @@ from ..records.registry import Registry
 from ..system import boot_id, settings
 
 LOG_NAME: Final = "guardian.log"
+_LAUNCHER: Final = (
+    "import subprocess, sys; "
+    "print(subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=sys.stderr, "
+    "stderr=sys.stderr, start_new_session=True, cwd='/').pid, flush=True)"
+)
+"""Starts the guardian and exits at once: the guardian's parent is then init (or a
+subreaper), not exo."""
 _NOT_INHERITED: Final = (settings.WORKER_ENV, settings.RUNNER_ENV)
 
 
@@ -56,15 +67,16 @@ def _start(directory: Path) -> int:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     log = os.open(directory / LOG_NAME, flags, 0o600)
     try:
-        process = subprocess.Popen(
-            guardian_command(os.getpid()),
+        launched = subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, *guardian_command(os.getpid())],
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=subprocess.PIPE,
             stderr=log,
             env=environment,
-            start_new_session=True,
             cwd="/",
+            check=True,
+            timeout=60,
         )
     finally:
         os.close(log)
-    return process.pid
+    return int(launched.stdout)
