@@ -108,6 +108,8 @@ class Round:
     guardians: list[int] = field(default_factory=list[int])
     """Guardians (`exo_orphan_guard service run`) of the round, seen once the runners
     were ready or at its end (one started by the package may have left by then)."""
+    guardian_started: bool = False
+    """exo's log says the package's worker hook started a guardian."""
     left_behind: list[int] = field(default_factory=list[int])
     """Processes of the round still alive after its clean-up: should be none."""
 
@@ -262,6 +264,9 @@ def run_round(
             time.sleep(0.02)
         read_events()
         result.keyboard_interrupts = _keyboard_interrupts(scratch)
+        log.flush()
+        said = (scratch / "exo.log").read_text(errors="replace")
+        result.guardian_started = "orphan guard: started a guardian" in said
         for role, identity in runners.items():
             result.runners[role] = _classify(
                 role, identity, gone.get(role), result, scratch / "registry", t0, wall0

@@ -17,6 +17,7 @@ BUSY_LABELS = {
 }
 
 
+_LABELS: dict[str, str] = {str(key): value for key, value in CONFIG_LABELS.items()}
 SCENARIOS = {
     "ctrl-c": "Ctrl-C",
     "app": "the app's quit",
@@ -68,7 +69,7 @@ def side_by_side(path: Path) -> str:
         )
         cells = [
             version,
-            CONFIG_LABELS.get(config, config),  # pyright: ignore[reportArgumentType, reportCallIssue]
+            _LABELS.get(config, config),
             _kinds([str(d["package_seen"]).lower() for d in rounds]),
             str(len(rounds)),
             same,
@@ -113,7 +114,7 @@ def detail(path: Path) -> str:
             version,
             stopped_by.get(scenario, scenario),
             BUSY_LABELS.get(busy, busy),
-            CONFIG_LABELS.get(config, config),  # pyright: ignore[reportArgumentType, reportCallIssue]
+            _LABELS.get(config, config),
             str(len(rounds)),
             (
                 _span([r["exo_end_s"] for r in rounds])
@@ -128,7 +129,7 @@ def detail(path: Path) -> str:
             ends = [r["runners"][role] for r in rounds]
             cells.append(_span([e["gone_s"] for e in ends]) + " " + _kinds([_how(e) for e in ends]))
         cells.append(_kinds([str(r.get("keyboard_interrupts", "not counted")) for r in rounds]))
-        cells.append(_kinds([str(len(r["guardians"])) for r in rounds]))
+        cells.append(_kinds([str(r.get("guardian_started", "?")).lower() for r in rounds]))
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -171,6 +172,7 @@ def record(done: Round) -> dict[str, Any]:
         "package_seen": done.package_seen,
         "observed": done.observed,
         "guardians": done.guardians,
+        "guardian_started": done.guardian_started,
         "left_behind": done.left_behind,
         "scenario": done.scenario,
         "busy": done.busy,
