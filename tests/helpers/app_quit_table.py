@@ -71,7 +71,8 @@ def side_by_side(path: Path) -> str:
             version,
             _LABELS.get(config, config),
             _kinds([str(d["package_seen"]).lower() for d in rounds]),
-            str(len(rounds)),
+            _kinds([f"{sum(d['scenario'] == name for d in rounds)}" for name in scenarios])
+            + " per stop",
             same,
             threads,
         ]
@@ -129,7 +130,9 @@ def detail(path: Path) -> str:
             ends = [r["runners"][role] for r in rounds]
             cells.append(_span([e["gone_s"] for e in ends]) + " " + _kinds([_how(e) for e in ends]))
         cells.append(_kinds([str(r.get("keyboard_interrupts", "not counted")) for r in rounds]))
-        cells.append(_kinds([str(r.get("guardian_started", "?")).lower() for r in rounds]))
+        cells.append(
+            _kinds([str(r.get("guardian_started", "not recorded")).lower() for r in rounds])
+        )
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -139,7 +142,8 @@ def _span(values: list[float | None]) -> str:
     parts: list[str] = []
     if known:
         low, high = min(known), max(known)
-        parts.append(f"{low:.2f} s" if low == high else f"{low:.2f}\N{EN DASH}{high:.2f} s")
+        low_s, high_s = f"{low:.2f}", f"{high:.2f}"
+        parts.append(f"{low_s} s" if low_s == high_s else f"{low_s}\N{EN DASH}{high_s} s")
     if len(known) < len(values):
         parts.append(f"alive at the end ({len(values) - len(known)} of {len(values)})")
     return ", ".join(parts)
