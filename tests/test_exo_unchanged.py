@@ -31,8 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.app_quit import CONFIGS, Config, Round, Scenario, exo_for, run_round, unchanged
+from tests.helpers.app_quit import CONFIGS, Config, Round, Scenario, exo_for, run_round
 from tests.helpers.exo_trees import exo_tree, exo_venv
+from tests.helpers.runner_reading import unchanged
 
 pytestmark = [
     pytest.mark.exo,

@@ -59,6 +59,7 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from tests.helpers.exo_trees import REPO, SUPPORT
 from tests.helpers.processes import carrying, kill_all
+from tests.helpers.runner_reading import observe_runner
 
 Scenario = Literal["app", "ctrl-c", "shutdown"]
 Config = Literal["off", "on-bare", "on-package"]
@@ -285,37 +286,6 @@ def run_round(
             print(f"kept {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-
-
-def observe_runner(pid: int, exo_pid: int) -> dict[str, Any]:
-    """A runner as read from outside it (Linux): its signal dispositions and the main
-    thread's blocked mask (`/proc/<pid>/status`), whether it shares exo's process
-    group and session, the names of its descendants, and its thread count (a guarded
-    runner has one thread more: the in-tree module's watch thread)."""
-    fields = dict(
-        line.split(":", 1)
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        if ":" in line
-    )
-    process = psutil.Process(pid)
-    return {
-        "SigCgt": fields["SigCgt"].strip(),
-        "SigIgn": fields["SigIgn"].strip(),
-        "SigBlk": fields["SigBlk"].strip(),
-        "pgid_is_exos": os.getpgid(pid) == os.getpgid(exo_pid),
-        "sid_is_exos": os.getsid(pid) == os.getsid(exo_pid),
-        "children": sorted(child.name() for child in process.children(recursive=True)),
-        "threads": int(fields["Threads"]),
-    }
-
-
-UNCHANGED_KEYS = ("SigCgt", "SigIgn", "SigBlk", "pgid_is_exos", "sid_is_exos", "children")
-"""What must be the same guarded as unguarded (the thread count may differ by one)."""
-
-
-def unchanged(observed: dict[str, Any], baseline: dict[str, Any]) -> list[str]:
-    """The keys of UNCHANGED_KEYS where `observed` differs from `baseline`."""
-    return [key for key in UNCHANGED_KEYS if observed[key] != baseline[key]]
 
 
 def _guardians(token: str) -> list[ProcessIdentity]:

@@ -8,7 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.app_quit import CONFIG_LABELS, Round, unchanged
+from tests.helpers.app_quit import CONFIG_LABELS, Round
+from tests.helpers.runner_reading import unchanged
 
 BUSY_LABELS = {
     "eval": "in one long `mx.eval`",
