@@ -24,14 +24,24 @@ not built here. What it does on SIGINT and SIGTERM is kept as exo has it
   (``_create_supervisor(CreateRunner(...))``, the real ``RunnerSupervisor``) instead
   of asking ``plan()``, which with no master would shut them down.
 
-Runners: ``idle`` (at RunnerIdle) and, with ``--busy``, ``busy``, spawned with
-``EOG_STEPS_MODE`` set so ``steps_site`` puts it in one long ``mx.eval`` (``eval``)
-, exo main's own decode loop (``decode``) or a native call that holds the GIL
-with every signal blocked (``gil``: wedged) right after RunnerIdle. ``steps_site``
-must be on PYTHONPATH and ``EOG_STEPS_NOTES`` set for that.
+Runners: ``idle`` and ``busy``, ranks 0 and 1 of one two-node MLX ring instance over
+loopback, so that each has taken its first task: exo's ``ConnectToGroup``, handed over
+by the supervisor's own ``start_task`` (as ``Worker.plan_step`` does), after which the
+two form a real ring group. ``busy`` is spawned with ``EOG_STEPS_MODE`` set and
+``EOG_STEPS_SKIP_GETS=1``, so ``steps_site`` puts it, at its next wait for a task,
+in one long ``mx.eval`` (``eval``), exo main's own decode loop (``decode``) or a
+native call that holds the GIL with every signal blocked (``gil``: wedged).
+``steps_site`` must be on PYTHONPATH and ``EOG_STEPS_NOTES`` set for that.
+
+exo's own ``Shutdown`` (an instance the master deleted): once the file
+``<scratch>/delete-instance`` appears, ``plan_step`` runs the lines of exo's
+``case Shutdown(runner_id=...)`` for each runner, idle first: the supervisor popped,
+``start_task(Shutdown)`` within ``fail_after(3)``, then ``runner.shutdown()``.
 
 stdout carries JSON lines only (times are ``time.monotonic()``, system-wide here):
-``ready`` (pids, once every runner is idle), ``shutdown`` (each signal exo's handler
+``ready`` (pids, once both runners have taken ``ConnectToGroup`` and the idle one is
+connected; ``package``: whether ``exo_orphan_guard`` can be imported here),
+``deleting`` (exo's Shutdown begins), ``shutdown`` (each signal exo's handler
 took), ``runner-ended`` (when exo's process reaps the runner: ``code`` is ``exited`` or
 ``killed``, ``status`` the exit status or signal), ``exiting`` (``anyio.run`` returned or raised).
 """
@@ -39,10 +49,12 @@ took), ``runner-ended`` (when exo's process reaps the runner: ``code`` is ``exit
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import multiprocessing as mp
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -102,10 +114,11 @@ def report_reaping(roles: dict[int, str]) -> None:
 async def run_node(args: argparse.Namespace) -> None:
     import anyio
     import exo.worker.main as worker_main
-    from exo.shared.types.common import NodeId
+    from exo.shared.types.common import Host, NodeId
     from exo.shared.types.events import Event, IndexedEvent, RunnerStatusUpdated
-    from exo.shared.types.tasks import CreateRunner
-    from exo.shared.types.worker.runners import RunnerFailed, RunnerIdle
+    from exo.shared.types.tasks import ConnectToGroup, CreateRunner, Shutdown
+    from exo.shared.types.worker.instances import BoundInstance, MlxRingInstance
+    from exo.shared.types.worker.runners import RunnerConnected, RunnerFailed, RunnerId
     from exo.utils.channels import channel
     from exo.utils.task_group import TaskGroup
     from exo.worker.tests.unittests import conftest
@@ -118,38 +131,95 @@ async def run_node(args: argparse.Namespace) -> None:
 
     worker_main.InfoGatherer = QuietInfoGatherer  # pyright: ignore
 
-    roles = ["busy", "idle"] if args.busy else ["idle"]
+    roles = ["busy", "idle"]
     node_id = NodeId("app-quit-node")
+    other_id = NodeId("other_node")
+    model_id = conftest.ModelId("mlx-community/Llama-3.2-1B-Instruct-4bit")
+    runner_ids = {"idle": RunnerId("runner-idle"), "busy": RunnerId("runner-busy")}
+    ranks = {"idle": 0, "busy": 1}
+    nodes = {"idle": node_id, "busy": other_id}
+    hosts = [Host(ip="127.0.0.1", port=port) for port in _free_ports(2)]
+    instance = MlxRingInstance(
+        instance_id=conftest.InstanceId("app-quit-group"),
+        shard_assignments=conftest.get_shard_assignments(
+            model_id,
+            {nodes[role]: runner_ids[role] for role in roles},
+            {
+                runner_ids[role]: conftest.get_pipeline_shard_metadata(
+                    model_id=model_id, device_rank=ranks[role], world_size=2
+                )
+                for role in roles
+            },
+        ),
+        hosts_by_node={node_id: hosts, other_id: hosts},
+        ephemeral_port=hosts[0].port,
+    )
     bound = {
-        role: conftest.get_bound_mlx_ring_instance(
-            instance_id=conftest.InstanceId(f"app-quit-{role}"),
-            model_id=conftest.ModelId("mlx-community/Llama-3.2-1B-Instruct-4bit"),
-            runner_id=conftest.RunnerId(f"runner-{role}"),
-            node_id=node_id,
+        role: BoundInstance(
+            instance=instance, bound_runner_id=runner_ids[role], bound_node_id=nodes[role]
         )
         for role in roles
     }
     pids: dict[str, int] = {}
     reaped_roles: dict[int, str] = {}
     report_reaping(reaped_roles)
-    idle: set[str] = set()
+    connected: set[str] = set()
+    taken: set[str] = set()
     role_of = {str(b.bound_runner_id): role for role, b in bound.items()}
+    delete_file = args.scratch / "delete-instance"
+
+    def maybe_ready() -> None:
+        # A wedged runner may hold the GIL before its feeder thread has sent
+        # RunnerConnected: the caller waits for its note instead.
+        wanted = {"idle"} if args.busy == "gil" else set(roles)
+        if taken >= set(roles) and connected >= wanted:
+            emit(
+                event="ready",
+                worker_pid=os.getpid(),
+                pids=pids,
+                package=importlib.util.find_spec("exo_orphan_guard") is not None,
+            )
 
     class Worker(worker_main.Worker):
         async def plan_step(self) -> None:  # exo's CreateRunner, without plan()
+            supervisors: dict[str, Any] = {}
             for role in roles:
                 if role == "busy":
                     os.environ["EOG_STEPS_MODE"] = args.busy
-                task = CreateRunner(
-                    instance_id=bound[role].instance.instance_id, bound_instance=bound[role]
-                )
+                    os.environ["EOG_STEPS_SKIP_GETS"] = "1"
+                task = CreateRunner(instance_id=instance.instance_id, bound_instance=bound[role])
                 made: Any = self._create_supervisor(task)
                 supervisor: Any = await made if args.version == "main" else made
                 while (pid := _pid(supervisor)) is None:
                     await anyio.sleep(0.01)
                 os.environ.pop("EOG_STEPS_MODE", None)
+                os.environ.pop("EOG_STEPS_SKIP_GETS", None)
                 pids[role] = pid
                 reaped_roles[pid] = role
+                supervisors[role] = supervisor
+
+            async def first_task(role: str) -> None:
+                # The first task, as Worker._start_runner_task hands it over.
+                await supervisors[role].start_task(ConnectToGroup(instance_id=instance.instance_id))
+                taken.add(role)
+                maybe_ready()
+
+            async with anyio.create_task_group() as group:
+                for role in roles:
+                    group.start_soon(first_task, role)
+            while not delete_file.exists():
+                await anyio.sleep(0.02)
+            emit(event="deleting")
+            for role in ("idle", "busy"):  # exo's `case Shutdown(runner_id=runner_id)`
+                task = Shutdown(instance_id=instance.instance_id, runner_id=runner_ids[role])
+                runner = self.runners.pop(runner_ids[role])
+                try:
+                    with anyio.fail_after(3):
+                        await runner.start_task(task)
+                except TimeoutError:
+                    emit(event="shutdown-timed-out", role=role)
+                finally:
+                    runner.shutdown()
             await anyio.sleep_forever()
 
     to_worker, worker_events = channel[IndexedEvent]()
@@ -197,14 +267,23 @@ async def run_node(args: argparse.Namespace) -> None:
                             role=role,
                             error=event.runner_status.error_message,
                         )
-                    elif isinstance(event.runner_status, RunnerIdle) and role is not None:
-                        idle.add(role)
-                        # A wedged runner may hold the GIL before its feeder thread has
-                        # sent RunnerIdle: the caller waits for its note instead.
-                        if idle >= {r for r in roles if r != "busy" or args.busy != "gil"}:
-                            emit(event="ready", worker_pid=os.getpid(), pids=pids)
+                    elif isinstance(event.runner_status, RunnerConnected) and role is not None:
+                        connected.add(role)
+                        maybe_ready()
 
     await Node().run()
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports the kernel has just handed out, for the two ranks' ring listeners."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _pid(supervisor: Any) -> int | None:
@@ -218,7 +297,7 @@ def _pid(supervisor: Any) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", choices=("main", "v1.0.71"), required=True)
-    parser.add_argument("--busy", choices=("eval", "decode", "gil"), default=None)
+    parser.add_argument("--busy", choices=("eval", "decode", "gil"), default="eval")
     parser.add_argument("--scratch", type=Path, required=True)
     args = parser.parse_args()
     prepare_env(args.scratch)

@@ -1,28 +1,43 @@
-"""EXO.app's quit and a terminal's Ctrl-C, played on exo's real worker, measured.
+"""exo's own stops (EXO.app's quit, a terminal's Ctrl-C, exo's `Shutdown`), played
+on exo's real worker, measured, guard off, on without the package and on with it.
 
 `tests/exo_support/app_quit_node.py` is exo's main process around exo's real Worker
-and RunnerSupervisors, with an idle runner and a busy one. This side is the app (or
-the terminal): it starts that process in a session of its own, then
+and RunnerSupervisors, with two runners that have taken their first task (exo's
+`ConnectToGroup`: ranks 0 and 1 of a real ring group), the first idle, the second
+busy. This side is the app (or the terminal, or exo's master): it starts that
+process in a session of its own, reads each runner from outside (`/proc/<pid>/status`
+signal masks, process group, session, children, threads), then
 
 - `app`: SIGINT to its pid, 5 s, SIGTERM, 3 s, SIGKILL (`ExoProcessController.swift`),
   each only while it still runs;
 - `ctrl-c`: SIGINT to its whole process group, once (what a terminal sends);
 - `stop`: SIGINT to its pid, once: exo's own stop alone (`tests/helpers/exo_stop.py`);
+- `shutdown`: exo's own `Shutdown` of both runners, as for an instance the master
+  deleted (exo's process lives on);
 
 and watches each runner until it is gone (or `observe` seconds): when, and how
-(what exo's process saw when it reaped it, or the guard's `ended` line, or alive).
+(what exo's process saw when it reaped it, or the guardian's `ended` line, or alive).
+
+The three configurations (`Config`): `off` (EXO_ORPHAN_GUARD unset, the package
+absent, as exo's own lock builds it), `on-bare` (EXO_ORPHAN_GUARD=true, the package
+absent: the in-tree module alone), `on-package` (EXO_ORPHAN_GUARD=true, the package
+importable: its worker hook sweeps and starts a guardian). "Absent" is a venv of its
+own with nothing of this checkout on its path (`exo_trees.exo_venv(package=False)`
+checks `import exo_orphan_guard` fails there), and exo's process says so again.
 
     .venv/bin/python -m tests.helpers.app_quit --rounds 3 --out F   # inside scripts/confined
     .venv/bin/python -m tests.helpers.app_quit --table F            # app_quit_table
 
 prints one line per round, and the tables of docs/exo.md from what `--out` kept.
-Every process it starts carries a token in its environment, and all of them are
-killed at the end.
+Every process it starts carries a token in its environment (a guardian the package
+starts inherits it), and all of them are killed at the end; `left_behind` names any
+that outlived that.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -36,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import psutil
+
 from exo_orphan_guard import system
 from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
@@ -43,8 +60,18 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from tests.helpers.exo_trees import REPO, SUPPORT
 from tests.helpers.processes import carrying, kill_all
+from tests.helpers.runner_reading import observe_runner
 
-Scenario = Literal["app", "ctrl-c", "stop"]
+Scenario = Literal["app", "ctrl-c", "stop", "shutdown"]
+Config = Literal["off", "on-bare", "on-package"]
+CONFIGS: tuple[Config, ...] = ("off", "on-bare", "on-package")
+CONFIG_LABELS: dict[Config, str] = {
+    "off": "guard off",
+    "on-bare": "guard on, package absent",
+    "on-package": "guard on, package installed",
+}
+DELETE_FILE = "delete-instance"
+"""In the node's scratch directory: exo's Shutdown of both runners begins."""
 APP_STEPS = ((signal.SIGINT, 0.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 8.0))
 TOKEN = "EOG_APP_QUIT_TOKEN"
 
@@ -56,8 +83,9 @@ class RunnerEnd:
     gone_s: float | None
     """Seconds from the first signal until it was seen gone; None: alive at the end."""
     by: str
-    """`exo`: it ended while exo's process lived (seen by it); `guard`: the guard's
-    ending after exo's process died; `orphaned`; `unknown`."""
+    """`exo`: it ended while exo's process lived (seen by it); `guardian`: the
+    guardian's (or a sweep's) `ended` line after exo's process died; `orphaned`;
+    `unknown`."""
     how: str
     step: str | None = None
 
@@ -65,7 +93,7 @@ class RunnerEnd:
 @dataclass
 class Round:
     version: str
-    guard: bool
+    config: Config
     scenario: Scenario
     busy: str
     exo_end_s: float | None
@@ -75,14 +103,30 @@ class Round:
     keyboard_interrupts: int = 0
     """`KeyboardInterrupt` tracebacks the runners wrote (a SIGINT reached them)."""
     events: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    observed: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
+    """Each runner read from outside after its first task (`observe_runner`)."""
+    package_seen: bool | None = None
+    """Whether exo's process could import exo_orphan_guard (its `ready` line)."""
+    guardians: list[int] = field(default_factory=list[int])
+    """Guardians (`exo_orphan_guard service run`) of the round, seen once the runners
+    were ready or at its end (one started by the package may have left by then)."""
+    guardian_started: bool = False
+    """exo's log says the package's worker hook started a guardian."""
+    left_behind: list[int] = field(default_factory=list[int])
+    """Processes of the round still alive after its clean-up: should be none."""
+
+    @property
+    def guard(self) -> bool:
+        return self.config != "off"
 
     def line(self) -> str:
         ends = "; ".join(f"{r.role}: {_s(r.gone_s)} {r.by} {r.how}" for r in self.runners.values())
         return (
-            f"{self.version} guard={'on' if self.guard else 'off'} {self.scenario} busy={self.busy}"
+            f"{self.version} {self.config} {self.scenario} busy={self.busy}"
             ": "
             f"exo ended {_s(self.exo_end_s)} (exit {self.exo_exit}); {ends}; "
-            f"KeyboardInterrupt tracebacks: {self.keyboard_interrupts}"
+            f"KeyboardInterrupt tracebacks: {self.keyboard_interrupts}; "
+            f"guardians: {len(self.guardians)}"
         )
 
 
@@ -93,28 +137,30 @@ def _s(value: float | None) -> str:
 def environment(
     scratch: Path,
     *,
-    guard: bool,
+    config: Config,
     eval_seconds: float,
     busy_wait: float | None,
     token: str,
 ) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EXO_ORPHAN_GUARD")}
-    path_dir = scratch / "guard-path"
-    path_dir.mkdir()
-    (path_dir / "exo_orphan_guard").symlink_to(REPO / "exo_orphan_guard")
+    path = [str(SUPPORT / "quit_site")]
+    if config == "on-package":  # the package importable
+        path_dir = scratch / "guard-path"
+        path_dir.mkdir()
+        (path_dir / "exo_orphan_guard").symlink_to(REPO / "exo_orphan_guard")
+        path.insert(0, str(path_dir))
     (scratch / "notes").mkdir()
-    site = "quit_site"
     env.update(
         {
             "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONPATH": os.pathsep.join([str(path_dir), str(SUPPORT / site)]),
+            "PYTHONPATH": os.pathsep.join(path),
             "EOG_STEPS_NOTES": str(scratch / "notes"),
             "EOG_STEPS_EVAL_SECONDS": str(eval_seconds),
             settings.DIR_ENV: str(scratch / "registry"),
             TOKEN: token,
         }
     )
-    if guard:
+    if config != "off":
         env[settings.TOGGLE_ENV] = "true"  # exo's own spelling
     if busy_wait is not None:
         env[settings.BUSY_WAIT_ENV] = str(busy_wait)
@@ -126,7 +172,7 @@ def run_round(
     venv: Path,
     version: str,
     *,
-    guard: bool,
+    config: Config,
     scenario: Scenario,
     busy: str = "eval",
     eval_seconds: float = 12.0,
@@ -150,7 +196,7 @@ def run_round(
         cwd=tree,
         env=environment(
             scratch,
-            guard=guard,
+            config=config,
             eval_seconds=eval_seconds,
             busy_wait=busy_wait,
             token=token,
@@ -160,7 +206,7 @@ def run_round(
         stderr=log,
         start_new_session=True,  # it leads a process group, as exo in a terminal
     )
-    result = Round(version, guard, scenario, busy, None, None)
+    result = Round(version, config, scenario, busy, None, None)
     try:
         assert exo.stdout is not None
         stdout = exo.stdout.fileno()
@@ -178,7 +224,12 @@ def run_round(
                 result.events.extend(json.loads(line) for line in lines if line.strip())
 
         ready = _wait_ready(exo, read_events, result, scratch, busy)
+        result.package_seen = ready.get("package")
         runners = {role: identity_of(pid) for role, pid in ready["pids"].items()}
+        result.observed = {
+            role: observe_runner(pid, exo.pid) for role, pid in ready["pids"].items()
+        }
+        guardians = {identity.pid for identity in _guardians(token)}
         t0, wall0 = time.monotonic(), time.time()
         pending = list(APP_STEPS) if scenario == "app" else []
         if scenario == "stop":  # exo's own stop alone: its handler's shutdown(), once
@@ -186,6 +237,8 @@ def run_round(
         if scenario == "ctrl-c":
             os.killpg(exo.pid, signal.SIGINT)
             result.signals.append(("SIGINT to the group", 0.0))
+        elif scenario == "shutdown":
+            (scratch / "node" / DELETE_FILE).touch()
         gone: dict[str, float] = {}
         while time.monotonic() - t0 < observe:
             now = time.monotonic() - t0
@@ -200,15 +253,30 @@ def run_round(
             for role, identity in runners.items():
                 if role not in gone and (identity is None or liveness(identity) == "gone"):
                     gone[role] = now
-            if result.exo_end_s is not None and len(gone) == len(runners):
+            ended = result.exo_end_s is not None or scenario == "shutdown"
+            if ended and len(gone) == len(runners):
+                break
+            time.sleep(0.02)
+        # exo's process reaps a runner a moment after it is seen gone: its line may
+        # still be on the way (exo's process alive: the `shutdown` scenario).
+        reaped_by = time.monotonic() + 2.0
+        while exo.poll() is None and time.monotonic() < reaped_by:
+            read_events()
+            reaped = {e["pid"] for e in result.events if e["event"] == "runner-ended"}
+            if all(i is None or i.pid in reaped for r, i in runners.items() if r in gone):
                 break
             time.sleep(0.02)
         read_events()
         result.keyboard_interrupts = _keyboard_interrupts(scratch)
+        log.flush()
+        said = (scratch / "exo.log").read_text(errors="replace")
+        result.guardian_started = "orphan guard: started a guardian" in said
         for role, identity in runners.items():
             result.runners[role] = _classify(
                 role, identity, gone.get(role), result, scratch / "registry", t0, wall0
             )
+        guardians |= {identity.pid for identity in _guardians(token)}
+        result.guardians = sorted(guardians)
         return result
     finally:
         if exo.poll() is None:
@@ -216,10 +284,21 @@ def run_round(
         exo.wait()
         log.close()
         kill_all(carrying(TOKEN, token))
+        result.left_behind = [identity.pid for identity in carrying(TOKEN, token)]
         if os.environ.get("EOG_APP_QUIT_KEEP"):
             print(f"kept {scratch}")
         else:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _guardians(token: str) -> list[ProcessIdentity]:
+    found: list[ProcessIdentity] = []
+    for identity in carrying(TOKEN, token):
+        with contextlib.suppress(psutil.Error):
+            command = psutil.Process(identity.pid).cmdline()
+            if "exo_orphan_guard" in command and "service" in command:
+                found.append(identity)
+    return found
 
 
 def _keyboard_interrupts(scratch: Path) -> int:
@@ -278,7 +357,9 @@ def _classify(
     ended = _ended(registry, pid) if gone_s is not None else []
     if ended:
         last = ended[-1]
-        return RunnerEnd(role, pid, gone_s, "guard", f"{last.how} ({last.step})", last.step)
+        return RunnerEnd(
+            role, pid, gone_s, last.by, f"{last.how} ({last.step}, {last.signal})", last.step
+        )
     if gone_s is None:
         return RunnerEnd(role, pid, None, "orphaned", "alive")
     return RunnerEnd(role, pid, gone_s, "unknown", "gone")
@@ -307,12 +388,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--versions", default="main,v1.0.71")
-    parser.add_argument("--scenarios", default="app,ctrl-c")
+    parser.add_argument("--scenarios", default="ctrl-c,app,shutdown")
     parser.add_argument("--busy", default="eval")
     parser.add_argument("--eval-seconds", type=float, default=12.0)
     parser.add_argument("--busy-wait", type=float, default=None)
     parser.add_argument("--observe", type=float, default=40.0)
-    parser.add_argument("--guards", default="off,on")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--table", type=Path, default=None, help="the table of an --out file")
     args = parser.parse_args()
@@ -322,17 +403,16 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="eog-app-quit-trees-"))
     try:
         for version in args.versions.split(","):
-            tree = exo_tree(work, version, patched=True)
-            venv = exo_venv(tree, venv_cache(), runner=True)
             for scenario in args.scenarios.split(","):
-                for guard in [g == "on" for g in args.guards.split(",")]:
+                for config in args.configs.split(","):
+                    tree, venv = exo_for(work, version, config, exo_tree, exo_venv, venv_cache())
                     for _ in range(args.rounds):
                         done = run_round(
                             tree,
                             venv,
                             version,
-                            guard=guard,
-                            scenario=scenario,  # pyright: ignore[reportArgumentType]
+                            config=config,
+                            scenario=scenario,
                             busy=args.busy,
                             eval_seconds=args.eval_seconds,
                             busy_wait=args.busy_wait,
@@ -344,6 +424,16 @@ def main() -> None:
                                 out.write(json.dumps(record(done)) + "\n")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def exo_for(
+    work: Path, version: str, config: Config, make_tree: Any, make_venv: Any, cache: Path
+) -> tuple[Path, Path]:
+    """The patched tree and venv for `config`: one with the package on its path, or
+    (guard off, or on without it) one where `import exo_orphan_guard` fails."""
+    package = config == "on-package"
+    tree = make_tree(work, version, patched=True, variant="" if package else "bare")
+    return tree, make_venv(tree, cache, runner=True, package=package)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def stop_round(version: str, *, fixed: bool, work: Path, venv_cache: Path) -> Ro
         tree,
         venv,
         version,
-        guard=False,
+        config="off",
         scenario="stop",
         busy="eval",
         eval_seconds=EVAL_SECONDS,

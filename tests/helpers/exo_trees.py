@@ -87,10 +87,12 @@ def mlx_lm_src() -> Path:
     return Path(value).expanduser()
 
 
-def exo_tree(work: Path, version: str, *, patched: bool) -> Path:
-    """A fresh copy of exo at `version`'s commit; with the series applied if asked."""
+def exo_tree(work: Path, version: str, *, patched: bool, variant: str = "") -> Path:
+    """A fresh copy of exo at `version`'s commit; with the series applied if asked.
+    A `variant` is another copy of the same (its own venv: `exo_venv(package=False)`
+    needs a tree of its own, as a venv follows its tree)."""
     source = exo_src()
-    target = work / f"{version}-{'patched' if patched else 'pristine'}"
+    target = work / "-".join(filter(None, [version, "patched" if patched else "pristine", variant]))
     if not target.exists():
         target.mkdir()
         archive = subprocess.run(
@@ -115,7 +117,11 @@ def patch_tree(tree: Path, version: str) -> list[str]:
     return list(status.series.files)
 
 
-def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
+def exo_venv(tree: Path, cache: Path, *, runner: bool = False, package: bool = True) -> Path:
+    """The tree's venv (scripts/exo-venv: one per tree), with this checkout's
+    exo_orphan_guard on its path, or with `package` False without it: then
+    `import exo_orphan_guard` is checked to fail in it (give such a tree no other
+    use, as `exo_tree(variant="bare")`)."""
     command = [str(REPO / "scripts" / "exo-venv"), str(tree), str(cache)]
     if runner:
         command += ["--runner", str(mlx_lm_src())]
@@ -123,6 +129,22 @@ def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
     if built.returncode != 0:
         pytest.fail(f"scripts/exo-venv failed: {built.stderr.strip().splitlines()[-1:]}")
     venv = Path(built.stdout.strip().splitlines()[-1])
+    (site_packages,) = venv.glob("lib/python3.*/site-packages")
+    pth = site_packages / "exo_orphan_guard_checkout.pth"
+    if not package:
+        pth.unlink(missing_ok=True)
+        absent = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import exo_orphan_guard"],
+            cwd=tree,
+            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert "No module named 'exo_orphan_guard'" in absent.stderr, (
+            f"exo_orphan_guard importable in {venv}: {absent.stderr[-500:]}"
+        )
+        return venv
     # exo_orphan_guard from this checkout, and nothing else of it (no `tests` package
     # to shadow exo's); psutil, anyio and loguru are exo's own dependencies. One
     # directory per checkout: checkouts that share a cache must not share a link.
@@ -133,8 +155,7 @@ def exo_venv(tree: Path, cache: Path, *, runner: bool = False) -> Path:
     if not link.is_symlink() or link.resolve() != (REPO / "exo_orphan_guard").resolve():
         link.unlink(missing_ok=True)
         link.symlink_to(REPO / "exo_orphan_guard")
-    (site_packages,) = venv.glob("lib/python3.*/site-packages")
-    (site_packages / "exo_orphan_guard_checkout.pth").write_text(f"{path_dir}\n")
+    pth.write_text(f"{path_dir}\n")
     return venv
 
 

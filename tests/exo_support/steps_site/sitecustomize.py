@@ -16,6 +16,11 @@ mode:
   text generation that never finishes, its engine one short `mx.eval` per step (no
   model: exo's loop, its checks between steps and its `shutdown` are exo's own).
 
+With `EOG_STEPS_SKIP_GETS=N` it starts only at the first blocking `get` after N
+`get`s on the main thread have returned an item, blocking or not (N=1: the runner
+has taken its first task, as exo's ConnectToGroup; v1.0.71's loop may find it
+waiting and take it with a non-blocking `get`).
+
 Each start goes to `<EOG_STEPS_NOTES>/<pid>.jsonl`. Anywhere else it does nothing.
 """
 
@@ -27,6 +32,7 @@ from typing import Any
 
 _MODE = os.environ.get("EOG_STEPS_MODE", "")
 _NOTES = os.environ.get("EOG_STEPS_NOTES", "")
+_SKIP = int(os.environ.get("EOG_STEPS_SKIP_GETS", "0") or "0")
 
 
 def _note(event: str, **details: object) -> None:
@@ -131,8 +137,13 @@ def _first(original: Callable[..., Any]) -> Callable[..., Any]:
     import threading
 
     done: list[bool] = []
+    passed: list[bool] = []
 
     def get(self: object, block: bool = True, *args: object, **kwargs: object) -> Any:
+        if len(passed) < _SKIP and threading.current_thread() is threading.main_thread():
+            item = original(self, block, *args, **kwargs)
+            passed.append(True)
+            return item
         if (
             block
             and not done

@@ -1,0 +1,82 @@
+"""Nothing changes while the worker lives (issue 35 item 2), on exo's REAL worker.
+
+exo's main process is `exo_support/app_quit_node.py` (exo's own `Node.run` and
+`Node.shutdown` around exo's real Worker and RunnerSupervisors) with two runners that
+have taken their first task, exo's `ConnectToGroup` (ranks 0 and 1 of a real ring
+group): one idle, one busy in a long `mx.eval`. Each is read from outside (signal
+dispositions and the main thread's mask from `/proc/<pid>/status`, process group,
+session, children) and then stopped by one of exo's own stops: a terminal's Ctrl-C
+(SIGINT to exo's process group), EXO.app's quit (`helpers/app_quit.py`), or exo's own
+`Shutdown` of an instance the master deleted. Each at main and v1.0.71, in three
+configurations: guard off, guard on with the package absent (the in-tree module
+alone; `import exo_orphan_guard` is checked to fail in that venv, and exo's process
+says so too), guard on with the package installed (its worker hook sweeps and starts
+a guardian).
+
+Guarded must equal unguarded: the same handlers, masks, group, session and children
+(the thread count differs by exactly the in-tree module's one watch thread), and the same
+ending of each runner (by exo, the same exit or signal), within the same bounds.
+Nothing the round started is left behind (the guardian the package starts
+included). `python -m tests.helpers.app_quit --rounds 3` measured docs/exo.md's table
+"exo's own stops, guarded and not".
+
+Needs EXO_SRC and MLX_LM_SRC, as `make test-exo`, and a private pid namespace
+(`scripts/confined`), as every exo test.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.app_quit import CONFIGS, Config, Round, Scenario, exo_for, run_round
+from tests.helpers.exo_trees import exo_tree, exo_venv
+from tests.helpers.runner_reading import unchanged
+
+pytestmark = [
+    pytest.mark.exo,
+    pytest.mark.machine_wide,
+    pytest.mark.skipif(sys.platform != "linux", reason="Linux only"),
+]
+
+BOUNDS = {"ctrl-c": 25.0, "app": 8.0, "shutdown": 15.0}
+"""Seconds from the stop until a runner is gone, guarded or not: the app SIGKILLs exo
+at 8 s; exo's Shutdown waits 3 s for the acknowledgement, then its join, SIGTERM and
+waits (measured unguarded: docs/exo.md)."""
+
+
+def _round(
+    version: str, config: Config, scenario: Scenario, exo_work: Path, exo_venv_cache: Path
+) -> Round:
+    tree, venv = exo_for(exo_work, version, config, exo_tree, exo_venv, exo_venv_cache)
+    done = run_round(tree, venv, version, config=config, scenario=scenario)
+    print(f"\n{done.line()}")
+    return done
+
+
+@pytest.mark.parametrize("scenario", ["ctrl-c", "app", "shutdown"])
+@pytest.mark.parametrize("version", ["v1.0.71", "main"])
+def test_a_guarded_runner_is_an_unguarded_one_while_its_worker_lives(
+    version: str, scenario: Scenario, exo_work: Path, exo_venv_cache: Path
+) -> None:
+    rounds = {
+        config: _round(version, config, scenario, exo_work, exo_venv_cache) for config in CONFIGS
+    }
+    off = rounds["off"]
+    for config, done in rounds.items():
+        assert done.package_seen == (config == "on-package"), done
+        assert done.guardian_started == (config == "on-package"), done
+        assert done.left_behind == [], done
+        assert done.exo_exit == off.exo_exit, (config, done.exo_exit, off.exo_exit)
+        for role in ("idle", "busy"):
+            seen, baseline = done.observed[role], off.observed[role]
+            assert unchanged(seen, baseline) == [], (config, role, seen, baseline)
+            # One thread more, and only that, where the guard is on: its watch thread
+            # (which also shows the toggle reached the runner).
+            extra = seen["threads"] - baseline["threads"]
+            assert extra == (0 if config == "off" else 1), (config, role, seen, baseline)
+            end, unguarded = done.runners[role], off.runners[role]
+            assert (end.by, end.how) == ("exo", unguarded.how), (config, role, end, unguarded)
+            assert end.gone_s is not None and end.gone_s < BOUNDS[scenario], (config, done)
