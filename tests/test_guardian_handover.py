@@ -25,7 +25,7 @@ import pytest
 from exo_orphan_guard.records import handover_marker
 from exo_orphan_guard.rig import notes as runner_notes
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.exo_runner import OWN_SHUTDOWN_SECONDS_ENV
+from exo_orphan_guard.rig.exo_runner import OWN_SHUTDOWN_SECONDS_ENV, SENT
 from exo_orphan_guard.system.identity import ProcessIdentity, liveness
 from tests.helpers.guardian import ended_line, guardian
 from tests.helpers.waiting import wait_for_note, wait_until
@@ -90,6 +90,7 @@ def _in_own_shutdown_when_killed(
     SIGKILLed. When (monotonic) it was killed, and when the runner was seen gone."""
     scenarios.ask_to_shut_down(worker)
     wait_for_note(notes, runner.pid, "took")
+    wait_for_note(notes, worker.pid, SENT)  # its write lock let go: see `exo_runner`
     killed_at = scenarios.kill_worker(worker)
     return killed_at, scenarios.wait_gone([runner], GRACE + MARGIN)[runner]
 
@@ -107,7 +108,8 @@ def test_a_runner_inside_exos_own_shutdown_finishes_it_untouched_within_the_grac
             killed_at, gone_at = _in_own_shutdown_when_killed(notes, worker, runner)
             assert gone_at is not None, running.lines
             assert gone_at - killed_at < GRACE, "it outlived the grace: signalled, maybe"
-            assert _events(notes, runner) == ["took", "shut down", "finally"]
+            events = _events(notes, runner)
+            assert events == ["took", "shut down", "finally"], (events, running.lines)
             running.wait_for(rf"runner {runner.pid} ended .*\(no signal\)")
             # No signal sent: the guardian writes no `ended` line of its own.
             assert ended_line(isolated_environment, runner, timeout=1.0) is None
@@ -127,7 +129,8 @@ def test_without_the_marker_the_guardian_cuts_exos_own_shutdown_short(
             _, gone_at = _in_own_shutdown_when_killed(notes, worker, runner)
             assert gone_at is not None, running.lines
             events = _events(notes, runner)
-            assert "shut down" not in events and events[:2] == ["took", "raised"], events
+            assert "shut down" not in events, (events, running.lines)
+            assert events[:2] == ["took", "raised"], (events, running.lines)
             line = ended_line(isolated_environment, runner)
             assert line is not None, running.lines
             assert (line.how, line.signal, line.step) == ("clean", "SIGINT", "interrupt")
@@ -159,9 +162,11 @@ def test_a_runner_whose_exit_blocks_on_its_full_event_pipe_is_ended_within_the_b
             bound = FULL_GRACE + max(BUSY_WAIT, FULL_GRACE) + MARGIN
             gone_at = scenarios.wait_gone([runner], bound)[runner]
             assert gone_at is not None, running.lines
-            assert gone_at - killed_at >= FULL_GRACE, "signalled inside the grace"
+            # Not before the grace: no signal came sooner, and it did not exit by itself.
+            assert gone_at - killed_at >= FULL_GRACE, "gone inside the grace"
             events = _events(notes, runner)
-            assert events[:4] == ["took", "flooded", "shut down", "joining"], events
+            joined = ["took", "flooded", "shut down", "joining"]
+            assert events[:4] == joined, (events, running.lines)
             assert "joined" not in events
             line = ended_line(isolated_environment, runner)
             assert line is not None, running.lines

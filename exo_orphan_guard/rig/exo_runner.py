@@ -68,16 +68,22 @@ def channel_and_instance(runner_id: str) -> tuple[object, object, object]:
     return bound, receiver, events
 
 
-def shut_down_when_asked(go_file: str, exo_ends: Sequence[tuple[object, ...]]) -> None:
+SENT: Final = "sent Shutdown"
+"""The worker's note (in its own `<pid>.jsonl`) once every Shutdown is in the pipes."""
+
+
+def shut_down_when_asked(go_file: str, exo_ends: Sequence[tuple[object, ...]], notes: str) -> None:
     """Worker side, while it lives: once `<go_file>.shutdown` exists
     (`scenarios.ask_to_shut_down`), a thread sends each runner (`channel_and_instance`)
-    exo's `Shutdown`, as exo's worker stops a runner it no longer wants."""
+    exo's `Shutdown`, as exo's worker stops a runner it no longer wants, then notes
+    `SENT`."""
 
     def when_asked() -> None:
         while not os.path.exists(f"{go_file}.shutdown"):
             time.sleep(0.005)
         for bound_instance, task_receiver, *_ in exo_ends:
             _send_shutdown(bound_instance, task_receiver)
+        RunnerNotes(notes).write(SENT)
 
     threading.Thread(target=when_asked, name="shutdown-when-asked", daemon=True).start()
 
@@ -94,8 +100,16 @@ def _send_shutdown(bound_instance: object, task_receiver: object) -> None:
     )
     sender: object = channels.MpSender(getattr(task_receiver, "_state"))  # noqa: B009
     send: object = getattr(sender, "send")  # noqa: B009
-    assert callable(send)
+    close: object = getattr(sender, "close")  # noqa: B009
+    join: object = getattr(sender, "join")  # noqa: B009
+    assert callable(send) and callable(close) and callable(join)
     send(shutdown)
+    # The queue's feeder thread holds the stream's write lock, shared with the runner,
+    # for a moment after the runner can read what it wrote: a test that SIGKILLs the
+    # worker then would leave that lock held for good, and the runner's own feeder
+    # (its guard's Shutdown) stuck on it. Joined, the feeder is done with it.
+    close()
+    join()
 
 
 def guard(bound_instance: object, task_receiver: object) -> None:

@@ -332,7 +332,7 @@ def run_worker(spec: WorkerSpec) -> None:
             keep.extend((process, worker_end))  # a queue's semaphores die with it
 
     reports = _run_in(spec["spawn_from"], spawn_all, lambda: _collect(readers))
-    exo_runner.shut_down_when_asked(spec["go_file"], exo_ends)
+    exo_runner.shut_down_when_asked(spec["go_file"], exo_ends, spec["notes"])
     print(json.dumps(WorkerReport(worker=os.getpid(), runners=reports)), flush=True)
     while True:
         time.sleep(3600)
