@@ -80,7 +80,7 @@ def shut_down_when_asked(go_file: str, exo_ends: Sequence[tuple[object, ...]], n
 
     def when_asked() -> None:
         while not os.path.exists(f"{go_file}.shutdown"):
-            time.sleep(0.005)
+            time.sleep(0.05)  # seldom: it runs in every exo-shaped worker, benchmarks' too
         for bound_instance, task_receiver, *_ in exo_ends:
             _send_shutdown(bound_instance, task_receiver)
         RunnerNotes(notes).write(SENT)
