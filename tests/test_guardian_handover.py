@@ -10,6 +10,11 @@ worker writes it at its start. Each case has its control.
 - A runner that ran its shutdown but whose exit blocks for good on its full event
   pipe to the dead worker (exo's `event_sender.join()`): with the guardian, SIGINT
   once the grace is out ends it within the bounds; without, it stays, orphaned.
+
+The first holds whichever of the guardian's endings finds the runner: its start-up
+sweep, run beside its first scan, can read the table after the kill and act before
+the exit watch's ending does (it did so in 3 of 20 runs of this file before the
+guardian remembered the runners of a worker with a marker).
 """
 
 from __future__ import annotations
