@@ -13,7 +13,9 @@ guardian:
 3. when a watched exo process exits, ends the runners last seen under it at once,
    judging only them (a few milliseconds), then scans again. An exo whose hooks hand
    its runners their own Shutdown (`handover_marker`) has them left alone for the
-   grace first, so that no SIGINT cuts exo's own `Runner.shutdown` short.
+   grace first, so that no SIGINT cuts exo's own `Runner.shutdown` short: by
+   whichever ending finds them, since a scan or the start-up sweep may read the
+   table after that exo died and act before its exit watch does.
 
 Each ending is a sweep without the registry's lock (`SweepRequest.locked`), in a
 thread of its own, so that a busy runner's wait never delays another exo's: an exo
@@ -126,6 +128,10 @@ class Guardian:
         self._watched: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
         self._handing_over: set[ProcessIdentity] = set()
         """Watched exo processes whose runners hand themselves their Shutdown."""
+        self._handed: set[ProcessIdentity] = set()
+        """Runners last seen under such a process, while they live: whichever ending
+        finds them once it is dead (its exit watch, a scan, the start-up sweep reading
+        the table late) leaves them alone for the grace first."""
         self._exit_watches: set[ProcessIdentity] = set()
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
@@ -199,6 +205,10 @@ class Guardian:
         }
         with self._lock:
             self._handing_over = (self._handing_over & set(found)) | handing_over
+            listed = {info.identity for info in table.processes.values() if not info.exited}
+            self._handed = {runner for runner in self._handed if runner in listed} | {
+                runner for process in self._handing_over for runner in found[process]
+            }
             new = watchlist.newly_watched(self._watched, found)
             self._watched = dict(found)
             claimed = set(self._claimed)
@@ -257,8 +267,15 @@ class Guardian:
         def claim(targets: Sequence[ProcessIdentity]) -> Collection[ProcessIdentity]:
             with self._lock:
                 free = [target for target in targets if target not in self._claimed]
+                handed: list[ProcessIdentity] = []
+                if handover_wait <= 0 < self._grace:
+                    handed = [target for target in free if target in self._handed]
+                    free = [target for target in free if target not in handed]
                 self._claimed.update(free)
             mine.extend(free)
+            if handed:  # an ending of its own, with the grace first
+                pids = [target.pid for target in handed]
+                self._end(pids, f"{why}: runners handed their own Shutdown", self._grace)
             return free
 
         request = SweepRequest(

@@ -64,6 +64,7 @@ RunnerKind = Literal[
     "exoidle",
     "exoload",
     "exoeval",
+    "exofull",
     "wedged",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
@@ -104,7 +105,7 @@ dumpsread: the same, then waits in one `read` that only the signal's own handler
 interrupts. dumpslow: as dumpsread, its dumps stuck in a full pipe for a while after
 its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms at a
 time. maskedsleep: the same mask, one long sleep
-(`notice_blockers`). exoidle, exoload, exoeval: exo-shaped (`exo_runner`). wedged:
+(`notice_blockers`). exoidle, exoload, exoeval, exofull: exo-shaped (`exo_runner`). wedged:
 as gil, with SIGINT blocked too: what only SIGKILL ends."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 Watch = Literal["guard", "exo", "pr2205", "none"]
@@ -112,7 +113,7 @@ Watch = Literal["guard", "exo", "pr2205", "none"]
 SpawnFrom = Literal["main", "thread"]
 
 WorkerEnd: TypeAlias = (
-    "DupFd | multiprocessing.queues.Queue[bytes] | Logger | tuple[object, object] | None"
+    "DupFd | multiprocessing.queues.Queue[bytes] | Logger | tuple[object, object, object] | None"
 )
 PR2205_POLL_SECONDS = 5.0
 _READY_TIMEOUT_SECONDS = 30.0
@@ -134,7 +135,8 @@ class WorkerSpec(TypedDict):
     spawn_from: SpawnFrom
     go_file: str
     """For `late` runners: they call guard_runner() only once this file exists;
-    `shutdown` and `exit` runners begin their shutdown once `<go_file>.shutdown` exists."""
+    `shutdown` and `exit` runners begin their shutdown once `<go_file>.shutdown` exists,
+    and a worker of exo-shaped runners then sends each of them exo's `Shutdown`."""
     notes: str
     """A directory where runners write what happened to them (`<pid>.jsonl`), read by
     tests once the worker is gone; empty: none."""
@@ -213,7 +215,7 @@ def runner_main(
 
 def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: WorkerEnd) -> None:
     if kind in exo_runner.EXO_KINDS and isinstance(worker_end, tuple):
-        exo_runner.behave(kind, note, worker_end[1])
+        exo_runner.behave(kind, note, worker_end[1], worker_end[2])
         return
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -277,7 +279,7 @@ def _start_watch(watch: Watch, worker_end: WorkerEnd) -> None:
     match watch:
         case "exo":
             assert isinstance(worker_end, tuple)
-            exo_runner.guard(*worker_end)
+            exo_runner.guard(worker_end[0], worker_end[1])
         case "guard":
             from exo_orphan_guard import guard_runner
 
@@ -308,15 +310,17 @@ def run_worker(spec: WorkerSpec) -> None:
     context = multiprocessing.get_context("spawn")
     readers: list[multiprocessing.connection.Connection] = []
     keep: list[object] = []
+    exo_ends: list[tuple[object, object, object]] = []
 
     def spawn_all() -> None:
         for kind in spec["runners"]:
             reader, writer = multiprocessing.Pipe(duplex=False)
-            worker_end = (
-                exo_runner.channel_and_instance(f"scenario-{len(readers)}")
-                if spec["watch"] == "exo"
-                else _worker_end(kind, context, keep)
-            )
+            worker_end: WorkerEnd
+            if spec["watch"] == "exo":
+                worker_end = exo_runner.channel_and_instance(f"scenario-{len(readers)}")
+                exo_ends.append(worker_end)
+            else:
+                worker_end = _worker_end(kind, context, keep)
             process = context.Process(
                 target=runner_main,
                 args=(kind, spec["watch"], spec["go_file"], writer, spec["notes"], worker_end),
@@ -328,6 +332,7 @@ def run_worker(spec: WorkerSpec) -> None:
             keep.extend((process, worker_end))  # a queue's semaphores die with it
 
     reports = _run_in(spec["spawn_from"], spawn_all, lambda: _collect(readers))
+    exo_runner.shut_down_when_asked(spec["go_file"], exo_ends, spec["notes"])
     print(json.dumps(WorkerReport(worker=os.getpid(), runners=reports)), flush=True)
     while True:
         time.sleep(3600)

@@ -145,7 +145,8 @@ def start_worker(
 
 
 def ask_to_shut_down(worker: StartedWorker) -> None:
-    """What exo's Shutdown task is to a runner: `shutdown` and `exit` runners begin theirs."""
+    """What exo's Shutdown task is to a runner: `shutdown` and `exit` runners begin theirs;
+    exo-shaped runners are sent exo's `Shutdown` by their live worker."""
     Path(f"{worker.go_file}.shutdown").touch()
 
 

@@ -25,6 +25,13 @@ class MpSender(Generic[T]):
     def send(self, item: T) -> None:
         self._state.buffer.put(item)
 
+    def close(self) -> None:
+        self._state.buffer.close()
+
+    def join(self) -> None:
+        """What exo's bootstrap does last: wait until what was sent is in the pipe."""
+        self._state.buffer.join_thread()
+
 
 @dataclass(eq=False)
 class MpReceiver(Generic[T]):
