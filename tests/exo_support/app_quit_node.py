@@ -17,7 +17,8 @@ not built here. What it does on SIGINT and SIGTERM is kept as exo has it
   starts the Worker's ``run``; ``shutdown`` cancels the task group, and a second
   call does ``sys.exit(1)`` (exo's lines, with one JSON line added before them);
 - the Worker is exo's REAL ``exo.worker.main.Worker`` from the tree (patched or
-  not), its ``run`` unchanged, the guard's ``guard_worker()`` hunk included. Two
+  not), its ``run`` unchanged; its ``plan_step`` begins with the series' ``await
+  guard_worker()`` where the tree has the module, as the patched one does. Two
   things differ: its ``InfoGatherer`` is a stand-in that only waits (on Linux the
   real one starts ``ip``-style subprocesses; it feeds the master and plays no part in
   stopping runners), and its ``plan_step`` makes the runners exo's way
@@ -182,6 +183,13 @@ async def run_node(args: argparse.Namespace) -> None:
 
     class Worker(worker_main.Worker):
         async def plan_step(self) -> None:  # exo's CreateRunner, without plan()
+            # The series' first line in exo's plan_step, which this override replaces.
+            try:
+                from exo.worker.orphan_guard import guard_worker  # pyright: ignore
+            except ImportError:  # a pristine tree
+                pass
+            else:
+                await guard_worker()  # pyright: ignore
             supervisors: dict[str, Any] = {}
             for role in roles:
                 if role == "busy":
