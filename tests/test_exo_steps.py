@@ -71,6 +71,7 @@ def test_what_ends_exos_real_runner(
         "EOG_STEPS_MODE": doing,
         "EOG_STEPS_NOTES": str(notes),
         "EOG_STEPS_EVAL_SECONDS": str(EVAL_SECONDS),
+        "EOG_STEPS_GIL_AFTER_GO": "1",
     }
     with exo_worker(tree, venv, version, guard=True, extra_env=extra) as report:
         runner = identity_of(report["runner_pid"])

@@ -8,10 +8,10 @@ mode:
 - `load`: short MLX evals one after another in Python, never looking at its tasks,
   as exo's weight loading does between layers;
 - `eval`: one `mx.eval` of about `EOG_STEPS_EVAL_SECONDS`, then back to exo's loop;
-- `gil`: a native call that holds the GIL and never returns, once
-  `<EOG_STEPS_NOTES>/<pid>.go` exists (the test makes it when the worker has seen the
-  runner idle: held sooner, the GIL would keep the event queue's feeder thread from
-  ever sending `RunnerIdle`);
+- `gil`: a native call that holds the GIL and never returns; with
+  `EOG_STEPS_GIL_AFTER_GO` set, only once `<EOG_STEPS_NOTES>/<pid>.go` exists (the
+  steps test makes it when the worker has seen the runner idle: held sooner, the GIL
+  would keep the event queue's feeder thread from ever sending `RunnerIdle`);
 - `decode`: exo's own decode loop (`Runner.handle_generation_tasks`, exo main) on a
   text generation that never finishes, its engine one short `mx.eval` per step (no
   model: exo's loop, its checks between steps and its `shutdown` are exo's own).
@@ -93,7 +93,7 @@ def _gil() -> None:
     import time
 
     go = os.path.join(_NOTES, f"{os.getpid()}.go")
-    while not os.path.exists(go):
+    while os.environ.get("EOG_STEPS_GIL_AFTER_GO") and not os.path.exists(go):
         time.sleep(0.02)
     _note("holding the gil")
     signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
