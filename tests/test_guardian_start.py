@@ -189,16 +189,21 @@ def test_exos_worker_hook_returns_once_the_dead_exos_runners_are_gone(
         f"print(identity_of({orphan.pid}) is None, flush=True)\n"
         "guard_exo_worker()  # a second Worker of the same process: at once\n"
         "print('again', flush=True)\n"
+        "import time; time.sleep(60)  # exo runs on\n"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     try:
-        worker = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-        )
-        assert worker.stdout.split() == ["True", "again"], worker.stderr
+        assert worker.stdout is not None
+        said = [worker.stdout.readline().strip() for _ in range(2)]
+        assert said == ["True", "again"], said
         # The hook then started a guardian; left running, it would sweep later tests'
         # orphans.
         assert wait_until(lambda: _running(isolated_environment) is not None, 15.0)
     finally:
+        worker.kill()
+        worker.wait()
         state = _running(isolated_environment)
         if state is not None:
             os.kill(state.pid, signal.SIGTERM)

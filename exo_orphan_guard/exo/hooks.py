@@ -31,9 +31,10 @@ _done = threading.Event()
 
 
 def guard_exo_worker() -> None:
-    """Sweep, then a guardian, once per process; returns when the sweep has ended
-    (bounded by the busy wait and the grace). exo makes a new Worker at every
-    election: a later caller returns at once, or when the first caller's sweep ends."""
+    """Sweep, then a guardian (started on a thread of its own), once per process;
+    returns when the sweep has ended (bounded by the busy wait and the grace). exo
+    makes a new Worker at every election: a later caller returns at once, or when the
+    first caller's sweep ends."""
     if not _enabled():
         return
     if not _started.acquire(blocking=False):
@@ -41,7 +42,10 @@ def guard_exo_worker() -> None:
         return
     try:
         _sweep("the worker's plan loop")
-        _ensure_guardian()
+        # Not awaited: the plan loop waits for the sweep, not for a process to start.
+        threading.Thread(
+            target=_ensure_guardian, name="exo-orphan-guard-guardian", daemon=True
+        ).start()
     except Exception as error:  # the guard must never break exo's start-up
         logger.opt(exception=error).warning("orphan guard: could not guard this worker")
     finally:
