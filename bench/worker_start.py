@@ -94,6 +94,9 @@ class StartResult:
 
 
 def run(repetitions: int, scratch: Path) -> list[StartResult]:
+    if not _confined():
+        # Each start sweeps the machine and starts a guardian, as exo's worker does.
+        raise SystemExit("bench start: run it inside scripts/confined (make bench does)")
     results: list[StartResult] = []
     for load in LOADS:
         with UnrelatedProcesses(load):
@@ -134,6 +137,15 @@ def _measure(load: int, repetitions: int, scratch: Path) -> StartResult:
         _stop_guardian(registry)
     total = len(os.listdir("/proc")) if Path("/proc").is_dir() else 0
     return StartResult(load, total, waited, lateness, runner, worst)
+
+
+def _confined() -> bool:
+    """Whether this runs in the private pid namespace `scripts/confined` made."""
+    outer = os.environ.get("EOG_OUTER_PID_NAMESPACE")
+    try:
+        return outer is not None and os.readlink("/proc/self/ns/pid") != outer
+    except OSError:
+        return False
 
 
 def _stop_guardian(registry: Path) -> None:
