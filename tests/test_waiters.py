@@ -219,7 +219,7 @@ def test_kqueue_waiter_returns_at_once_for_a_process_already_gone(
     parent.wait()  # reaped: registering the exit event fails like ESRCH
     started = time.monotonic()
     injected_kqueue(target)
-    assert time.monotonic() - started < 0.1
+    assert time.monotonic() - started < 1.0  # at once: not waiting for an exit event
 
 
 def test_psutil_wait_on_a_non_child_returns_only_at_reap(
