@@ -143,7 +143,8 @@ class WorkerSpec(TypedDict):
 
 
 SHUTDOWN_SECONDS = 1.5
-"""How long a `shutdown` runner's own shutdown takes (unless SHUTDOWN_SECONDS_ENV):
+"""How long a `shutdown` runner's own shutdown takes (unless SHUTDOWN_SECONDS_ENV, or
+`scenarios.finish_shutdown` ends it sooner):
 longer than the second after which a WorkerGone is raised again outside
 `ending_cleanly()`."""
 SHUTDOWN_SECONDS_ENV = "EOG_SCENARIO_SHUTDOWN_SECONDS"
@@ -250,8 +251,12 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
         from exo_orphan_guard import ending_cleanly
 
         with ending_cleanly():
-            # The worker is killed meanwhile.
-            time.sleep(float(os.environ.get(SHUTDOWN_SECONDS_ENV, SHUTDOWN_SECONDS)))
+            # The worker is killed meanwhile. `<go>.finish` ends it sooner: a test holds
+            # it until it has looked, however late a loaded machine lets it look.
+            seconds = float(os.environ.get(SHUTDOWN_SECONDS_ENV, SHUTDOWN_SECONDS))
+            until = time.monotonic() + seconds
+            while time.monotonic() < until and not os.path.exists(f"{go_file}.finish"):
+                time.sleep(0.005)
         note.write("shut down")
         return
     while kind == "masked":

@@ -150,6 +150,11 @@ def ask_to_shut_down(worker: StartedWorker) -> None:
     Path(f"{worker.go_file}.shutdown").touch()
 
 
+def finish_shutdown(worker: StartedWorker) -> None:
+    """Let the `shutdown` runners' own shutdown end now rather than at its length."""
+    Path(f"{worker.go_file}.finish").touch()
+
+
 def kill_worker(worker: StartedWorker, *, settle: bool = True, reap_after: float = 0.0) -> float:
     """SIGKILL the worker's pid alone (never its group: runners share it) and reap it,
     at once or, like a busy parent, `reap_after` seconds later (in a thread).
