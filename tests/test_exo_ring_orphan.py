@@ -57,6 +57,7 @@ from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig.json_lines import JsonLines
 from exo_orphan_guard.rig.ring_scenario import free_loopback_ports
+from exo_orphan_guard.rig.scenarios import wait_gone
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from tests.helpers.app_quit import exo_for
@@ -225,6 +226,8 @@ class Outcome:
     runners: list[ProcessIdentity]
     registry: Path
     left_behind: list[int] = field(default_factory=list[int])
+    """The orphan or a runner alive after exo's own stop of the second node, or any
+    process of the round alive after the guardian's stop."""
 
 
 @contextlib.contextmanager
@@ -284,18 +287,20 @@ def _orphan_then_second_node(
         yield outcome
         if not stop:
             return
-        # exo's own stop of the second node, then the guardian its worker started.
+        # exo's own stop of the second node ends its runners; then the guardian its
+        # worker started, all that may still carry the token.
         second.process.send_signal(signal.SIGINT)
         with contextlib.suppress(subprocess.TimeoutExpired):
             second.process.wait(STOP_BOUND)
+        gone = wait_gone([orphan, *runners], STOP_BOUND)
+        outcome.left_behind = [identity.pid for identity, at in gone.items() if at is None]
         for identity in carrying(TOKEN, token):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(identity.pid, signal.SIGTERM)  # the guardian's stop
         deadline = time.monotonic() + STOP_BOUND
         while carrying(TOKEN, token) and time.monotonic() < deadline:
             time.sleep(0.1)
-        outcome.left_behind = [identity.pid for identity in carrying(TOKEN, token)]
-        outcome.left_behind += [r.pid for r in [orphan, *runners] if liveness(r) != "gone"]
+        outcome.left_behind += [identity.pid for identity in carrying(TOKEN, token)]
     finally:
         for node in nodes:
             if node.process.poll() is None:
