@@ -22,7 +22,7 @@ TEST_JOBS ?= 3
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench reach test-exo dist clean
+.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 demo bench reach test-exo dist clean
 
 all: test
 
@@ -65,6 +65,14 @@ pytest-single:
 pytest-common:
 	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "backend or py313"'
 
+# The two longest passes in halves (tests/conftest.py's EOG_SHARD: test modules in
+# turn), each in its own pid namespace, so that `make test`'s jobs end about together.
+pytest-common-1 pytest-common-2:
+	@EOG_SHARD=$(subst pytest-common-,,$@)/2 $(MAKE) --no-print-directory pytest-common
+
+pytest-portable-1 pytest-portable-2:
+	@EOG_SHARD=$(subst pytest-portable-,,$@)/2 $(MAKE) --no-print-directory pytest-portable
+
 # Again on the backend macOS runs (psutil and the standard library only: no /proc,
 # pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
 pytest-portable: $(BIN)/.installed
@@ -82,7 +90,7 @@ pytest-3.13: venv-3.13
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
 # Longest first, so that the slots end about together.
-PASSES := pytest-common pytest-portable pytest-3.13 pytest-single
+PASSES := pytest-single pytest-common-1 pytest-common-2 pytest-portable-1 pytest-portable-2 pytest-3.13
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 

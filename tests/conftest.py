@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import resource_tracker
 from pathlib import Path
-from typing import Final
+from typing import Final, final
 
 import psutil
 import pytest
@@ -53,6 +53,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         for name in sorted(passes.passes_of(module.__name__, getattr(item, "fixturenames", ()))):
             item.add_marker(name)
+
+
+SHARD_ENV: Final = "EOG_SHARD"
+"""`K/N`: run only the K-th of N shards of what `-m` selected (`make test` runs its two
+longest passes in two shards each, side by side, each in its own pid namespace)."""
+
+
+@final
+class _Shard:
+    """A plugin of its own: this module's `pytest_collection_modifyitems` runs first."""
+
+    def __init__(self, index: int, count: int) -> None:
+        self.index = index
+        self.count = count
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        """After `-m`: this shard's test modules. Modules go to the shards in turn, in
+        collection order: whole, since a module's tests share its fixtures, and in turn,
+        which splits a pass into parts within a few seconds of each other."""
+        order: dict[Path, int] = {}
+        for item in items:
+            order.setdefault(item.path, len(order))
+        kept = [item for item in items if order[item.path] % self.count == self.index - 1]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    shard = os.environ.get(SHARD_ENV)
+    if not shard:
+        return
+    index, _, count = shard.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise pytest.UsageError(f"{SHARD_ENV}={shard!r}: expected K/N with 1 <= K <= N")
+    config.pluginmanager.register(_Shard(int(index), int(count)), "eog-shard")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
