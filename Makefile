@@ -15,14 +15,14 @@ PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
-# confined pid namespace; docs/testing.md has the timings and why three); TEST_JOBS=1
+# confined pid namespace; docs/testing.md has the timings and why four); TEST_JOBS=1
 # runs them one after another.
-TEST_JOBS ?= 3
+TEST_JOBS ?= 4
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 demo bench reach test-exo dist clean
+.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 pytest-3.13-1 pytest-3.13-2 demo bench reach test-exo dist clean
 
 all: test
 
@@ -65,13 +65,16 @@ pytest-single:
 pytest-common:
 	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "backend or py313"'
 
-# The two longest passes in halves (tests/conftest.py's EOG_SHARD: test modules in
+# The three long passes in halves (tests/conftest.py's EOG_SHARD: test modules in
 # turn), each in its own pid namespace, so that `make test`'s jobs end about together.
 pytest-common-1 pytest-common-2:
 	@EOG_SHARD=$(subst pytest-common-,,$@)/2 $(MAKE) --no-print-directory pytest-common
 
 pytest-portable-1 pytest-portable-2:
 	@EOG_SHARD=$(subst pytest-portable-,,$@)/2 $(MAKE) --no-print-directory pytest-portable
+
+pytest-3.13-1 pytest-3.13-2:
+	@EOG_SHARD=$(subst pytest-3.13-,,$@)/2 $(MAKE) --no-print-directory pytest-3.13
 
 # Again on the backend macOS runs (psutil and the standard library only: no /proc,
 # pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
@@ -90,7 +93,8 @@ pytest-3.13: venv-3.13
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
 # Longest first, so that the slots end about together.
-PASSES := pytest-single pytest-common-1 pytest-common-2 pytest-portable-1 pytest-portable-2 pytest-3.13
+PASSES := pytest-common-1 pytest-common-2 pytest-portable-1 pytest-portable-2 \
+	pytest-3.13-1 pytest-3.13-2 pytest-single
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
