@@ -40,6 +40,12 @@ def start_orphan(argv: Sequence[str], *, user: int | None = None) -> ProcessIden
         text=True,
         check=True,
     )
+    # Seen once (2026-12-04, a fresh clone's make test at load 4): no pid, exit 0, and
+    # the orphan running. Say all the shell said, should it come again.
+    assert shell.stdout.strip().isdigit(), (
+        f"no pid from the shell that started {argv}: stdout {shell.stdout!r}, "
+        f"stderr {shell.stderr!r}, exit {shell.returncode}"
+    )
     pid = int(shell.stdout.strip())
     deadline = time.monotonic() + 5.0
     # setpriv (or the shell) execs the real command a moment later: wait for it.
