@@ -36,22 +36,40 @@ CTRL_C = b"\x03"
 
 @dataclass
 class Terminal:
-    """The master side of a pty, read continuously so that no writer ever blocks."""
+    """The master side of a pty, read continuously so that no writer ever blocks.
+
+    The reader closes the master itself, once every slave side is closed: closed under
+    it, its number went to the next test's pipe, and the reader took that output (a
+    shell's `echo $!` in `start_orphan`, twice in 2026-12-04's fresh-clone runs)."""
 
     master: int
     output: bytearray = field(default_factory=bytearray)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    reader: threading.Thread | None = None
 
-    def read_forever(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.master, 65536)
-            except OSError:
-                return  # EIO: every slave side is closed
-            if not chunk:
-                return
-            with self.lock:
-                self.output.extend(chunk)
+    def start(self) -> None:
+        self.reader = threading.Thread(target=self._read_until_closed, daemon=True)
+        self.reader.start()
+
+    def _read_until_closed(self) -> None:
+        try:
+            while True:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:
+                    return  # EIO: every slave side is closed
+                if not chunk:
+                    return
+                with self.lock:
+                    self.output.extend(chunk)
+        finally:
+            os.close(self.master)
+
+    def closed(self, timeout: float) -> bool:
+        """Whether the reader has ended (and closed the master) within `timeout`."""
+        assert self.reader is not None
+        self.reader.join(timeout)
+        return not self.reader.is_alive()
 
     def text(self) -> str:
         with self.lock:
@@ -112,7 +130,7 @@ def run_job(isolated_environment: Path) -> Iterator[RunJob]:
         )
         os.close(slave)
         terminal = Terminal(master)
-        threading.Thread(target=terminal.read_forever, daemon=True).start()
+        terminal.start()
         report = terminal.wait_for_report(30.0)
         worker = identity_of(report["worker"])
         assert worker is not None
@@ -140,7 +158,7 @@ def run_job(isolated_environment: Path) -> Iterator[RunJob]:
         job.shell.kill()
         job.shell.wait()
         scenarios.wait_gone(job.everyone, 5.0)
-        os.close(job.terminal.master)
+        assert job.terminal.closed(10.0), f"a slave side of the pty is still open: {job}"
 
 
 @pytest.mark.parametrize("watch", ["guard", "none"])
