@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from exo_orphan_guard.demo.__main__ import DEMO_BUSY_WAIT_SECONDS
 from exo_orphan_guard.rig.ring_scenario import mlx_available
 
 # The demo's start-up sweep is a real, machine-wide one.
@@ -127,7 +128,7 @@ def test_the_demo_shows_watch_sweep_and_tools_and_leaves_nothing(demo_tag: str) 
         r"returned: ended cleanly, by itself",
         sections["2"],
     ), sections["2"]
-    assert "(busy in native code for 8.0 s (GIL held))" in sections["2"]
+    assert f"(busy in native code for {DEMO_BUSY_WAIT_SECONDS:.1f} s (GIL held))" in sections["2"]
     assert "guard on:  the rank was gone" in sections["3"]
     sweep = sections["4"]
     if "another sweep running on this machine took" in sweep:
