@@ -1,19 +1,15 @@
-"""`service install | uninstall | status`: the files from pure functions (the plist
-parsed back, the unit verified by systemd-analyze where it is here), the commands run
-through a fake launchctl and systemctl with HOME redirected, and `status` against a
-real guardian process: alive and holding its lock, then SIGKILLed."""
+"""`service install | uninstall | status`: the commands run through a fake launchctl
+and systemctl with HOME redirected, and `status` against a real guardian process: alive
+and holding its lock, then SIGKILLed. The files themselves: tests/test_service_files.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import plistlib
-import shutil
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -25,205 +21,24 @@ from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli, service, service_files
-from exo_orphan_guard.tools.service_control import Command, Completed
 from exo_orphan_guard.tools.service_files import LABEL, UNIT_NAME, Manager
 from tests.helpers.guardian import stand_in_guardian
-
-UID = 501
-CLI = ("/opt/exo/bin/exo-orphan-guard",)
-ENVIRON = {
-    "EXO_HOME": ".exo-test",
-    "EXO_ORPHAN_GUARD_GRACE": "5",
-    "EXO_ORPHAN_GUARD_WORKER": "77:1.5",
-    "PATH": "/usr/bin:/bin",
-}
-PLIST = f"Library/LaunchAgents/{LABEL}.plist"
-UNIT = f".config/systemd/user/{UNIT_NAME}"
-QUERIES = ("print", "is-enabled", "is-active", "is-system-running")
-
-
-@dataclass
-class FakeManager:
-    """launchctl and systemctl as far as `service` asks and acts, answering as they do."""
-
-    home: Path
-    session: str = "running"
-    gui: bool = True
-    loaded: bool = False
-    enabled: bool = False
-    fail: str = ""
-    """A subcommand that fails as launchd fails it."""
-    calls: list[Command] = field(default_factory=list[Command])
-
-    @property
-    def changes(self) -> list[Command]:
-        return [call for call in self.calls if not set(QUERIES) & set(call)]
-
-    def __call__(self, command: Command) -> Completed:
-        self.calls.append(command)
-        if command[1] == self.fail:
-            return Completed(5, f"{self.fail} failed: 5: Input/output error")
-        if command[0] == "launchctl":
-            return self._launchctl(command[1:])
-        return self._systemctl(command[2:])
-
-    def _launchctl(self, words: tuple[str, ...]) -> Completed:
-        match words:
-            case ("print", domain) if "/" not in domain.partition("/")[2]:
-                return Completed(0 if self.gui else 113, "" if self.gui else "Could not find")
-            case ("print", _):
-                return Completed(0 if self.loaded else 113, "")
-            case ("bootstrap", _, plist) if not self.loaded and Path(plist).is_file():
-                self.loaded = True
-            case ("bootout", _) if self.loaded:
-                self.loaded = False
-            case ("enable", _):
-                pass
-            case _:
-                return Completed(5, f"{words[0]} failed: 5: Input/output error")
-        return Completed(0, "")
-
-    def _systemctl(self, words: tuple[str, ...]) -> Completed:
-        link = self.home / ".config/systemd/user/default.target.wants" / UNIT_NAME
-        match words:
-            case ("is-system-running",):
-                return Completed(0 if self.session == "running" else 1, self.session)
-            case ("is-enabled", _):
-                return Completed(0 if self.enabled else 1, "enabled" if self.enabled else "")
-            case ("is-active", _):
-                return Completed(0 if self.loaded else 3, "active" if self.loaded else "inactive")
-            case ("enable", *now, _) if (self.home / UNIT).is_file():
-                link.parent.mkdir(exist_ok=True)
-                if not link.is_symlink():
-                    link.symlink_to(self.home / UNIT)
-                self.enabled, self.loaded = True, self.loaded or bool(now)
-            case ("disable", "--now", _):
-                link.unlink()
-                self.enabled = self.loaded = False
-            case ("daemon-reload",) | ("restart", _):
-                pass
-            case _:
-                return Completed(1, f"Failed to {words[0]}: Unit file does not exist")
-        return Completed(0, "")
+from tests.helpers.service_fakes import (
+    CLI,
+    ENVIRON,
+    PLIST,
+    UID,
+    UNIT,
+    FakeManager,
+    context_for,
+    redirected_home,
+    tree,
+)
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A home with the places a Mac and a Linux desktop have, and exo's home in it."""
-    home = tmp_path / "home"
-    for directory in ("Library/LaunchAgents", ".config/systemd/user", ".exo-test"):
-        (home / directory).mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
-def context_for(
-    manager: Manager,
-    fake: FakeManager,
-    environ: dict[str, str] | None = None,
-    which: Callable[[str], str | None] = lambda name: f"/usr/bin/{name}",
-) -> service.Context:
-    return service.Context(
-        manager=manager,
-        platform="darwin" if manager == "launchd" else "linux",
-        home=fake.home,
-        uid=UID,
-        environ=ENVIRON if environ is None else environ,
-        cli=CLI,
-        run=fake,
-        which=which,
-    )
-
-
-def tree(root: Path) -> list[str]:
-    return sorted(str(path.relative_to(root)) for path in root.rglob("*"))
-
-
-def test_the_launch_agent_keeps_the_guardian_running_with_its_settings(home: Path) -> None:
-    wanted = service_files.service_file("launchd", home, ENVIRON, CLI)
-    log = home / ".exo-test/orphan-guard/guardian.log"
-    assert wanted.path == home / PLIST and wanted.log == log
-    assert plistlib.loads(wanted.text.encode()) == {
-        "Label": LABEL,
-        "ProgramArguments": [*CLI, "service", "run", "--mode", "service"],
-        "RunAtLoad": True,
-        "KeepAlive": True,
-        "StandardOutPath": str(log),
-        "StandardErrorPath": str(log),
-        "EnvironmentVariables": {"EXO_HOME": ".exo-test", "EXO_ORPHAN_GUARD_GRACE": "5"},
-    }
-    assert service_files.installed_log(wanted.text) == log
-    assert service_files.installed_log("not a plist") is None
-
-
-def test_the_user_unit_restarts_the_guardian_always(home: Path) -> None:
-    wanted = service_files.service_file("systemd", home, ENVIRON, CLI)
-    assert wanted.path == home / UNIT and wanted.log is None
-    assert wanted.text == (
-        "[Unit]\n"
-        "Description=exo-orphan-guard guardian: ends the runners of exo processes that die\n"
-        "\n"
-        "[Service]\n"
-        "ExecStart=/opt/exo/bin/exo-orphan-guard service run --mode service\n"
-        'Environment="EXO_HOME=.exo-test"\n'
-        'Environment="EXO_ORPHAN_GUARD_GRACE=5"\n'
-        "Restart=always\n"
-        "RestartSec=5\n"
-        "\n"
-        "[Install]\n"
-        "WantedBy=default.target\n"
-    )
-    config = {"XDG_CONFIG_HOME": "/etc/xdg-alt"}
-    assert service_files.file_path("systemd", home, config) == Path(
-        f"/etc/xdg-alt/systemd/user/{UNIT_NAME}"
-    )
-    assert service_files.file_path("systemd", home, {"XDG_CONFIG_HOME": "rel"}) == home / UNIT
-
-
-def test_unit_words_are_escaped_as_systemd_reads_them(home: Path) -> None:
-    environ = {"EXO_HOME": 'a "b" $x 100%\\'}
-    text = service_files.user_unit(("/opt/my apps/50%/exo-orphan-guard",), tuple(environ.items()))
-    assert 'ExecStart="/opt/my apps/50%%/exo-orphan-guard" service run --mode service\n' in text
-    assert 'Environment="EXO_HOME=a \\"b\\" $x 100%%\\\\"\n' in text
-    unit = service_files.user_unit(("/venv $HOME/python", "-m", "$x"), ())
-    assert 'ExecStart="/venv $HOME/python" -m "$$x" service run --mode service\n' in unit
-
-
-def test_the_environment_passed_is_exos_directories_and_the_guards_settings() -> None:
-    environ = {
-        **ENVIRON,
-        "EXO_ORPHAN_GUARD": "1",
-        "EXO_ORPHAN_GUARD_RUNNER": "9:1.0",
-        "EXO_ORPHAN_GUARDIAN": "not ours",
-        "EXO_ORPHAN_GUARD_BUSY_WAIT": "300",
-        "XDG_CACHE_HOME": "/c",
-        "XDG_CONFIG_HOME": "/not-exos-cache",
-    }
-    assert service_files.passed_environment(environ) == (
-        ("EXO_HOME", ".exo-test"),
-        ("EXO_ORPHAN_GUARD", "1"),
-        ("EXO_ORPHAN_GUARD_BUSY_WAIT", "300"),
-        ("EXO_ORPHAN_GUARD_GRACE", "5"),
-        ("XDG_CACHE_HOME", "/c"),  # where exo keeps its cache on Linux: the markers
-    )
-
-
-def test_the_cli_is_named_by_an_absolute_path() -> None:
-    words = service_files.cli_words
-    assert words("/usr/local/bin/exo-orphan-guard", "/py", None) == (
-        "/usr/local/bin/exo-orphan-guard",
-    )
-    assert words("exo-orphan-guard", "/py", "/home/u/.local/bin/exo-orphan-guard") == (
-        "/home/u/.local/bin/exo-orphan-guard",
-    )
-    assert words(
-        "/src/exo_orphan_guard/__main__.py", "/venv/bin/python", "/x/exo-orphan-guard"
-    ) == (
-        "/venv/bin/python",
-        "-m",
-        "exo_orphan_guard",
-    )
-    assert words("exo-orphan-guard", "/venv/bin/python", None)[1:] == ("-m", "exo_orphan_guard")
+    return redirected_home(tmp_path, monkeypatch)
 
 
 def test_launchd_install_loads_once_and_again_only_what_changed(
@@ -481,40 +296,3 @@ def test_the_cli_prints_what_install_would_write_here(
     assert cli.main(["service", "status", "--json"]) == 1
     document = json.loads(capsys.readouterr().out)
     assert document["installed"] is False and document["running"] is False
-
-
-def test_systemd_takes_the_unit_and_its_command_runs(home: Path, tmp_path: Path) -> None:
-    """The unit as systemd parses it, with a CLI path that needs quoting and escaping;
-    then the command it starts, asked for its help (the guardian itself is not run)."""
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not on PATH: no systemd to check the unit against")
-    cli_path = tmp_path / "my $apps 100%" / "exo-orphan-guard"
-    cli_path.parent.mkdir()
-    cli_path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m exo_orphan_guard "$@"\n')
-    cli_path.chmod(0o755)
-    wanted = service_files.service_file("systemd", home, ENVIRON, (str(cli_path),))
-    wanted.path.write_text(wanted.text)
-    runtime = tmp_path / "runtime"
-    runtime.mkdir(mode=0o700)
-    environment = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "HOME": str(home)}
-    verified = subprocess.run(
-        [analyze, "--user", "verify", str(wanted.path)],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=60,
-        check=False,
-    )
-    said = (verified.stdout + verified.stderr).strip()
-    if "Failed to initialize manager" in said:
-        pytest.skip(f"systemd-analyze cannot start a user manager here: {said}")
-    assert (verified.returncode, said) == (0, "")
-    helped = subprocess.run(
-        [str(cli_path), *service_files.RUN_WORDS, "--help"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert helped.returncode == 0 and "--leave-when-idle" in helped.stdout
