@@ -17,7 +17,7 @@ Guarded must equal unguarded: the same handlers, masks, group, session and child
 (the thread count differs by exactly the in-tree module's one watch thread), and the same
 ending of each runner (by exo, the same exit or signal), within the same bounds.
 Nothing the round started is left behind (the guardian the package starts
-included). `python -m tests.helpers.app_quit --rounds 3` measured docs/exo.md's table
+included). `python -m tests.helpers.app_quit_table --rounds 3` measured docs/exo.md's table
 "exo's own stops, guarded and not".
 
 Needs EXO_SRC and MLX_LM_SRC, as `make test-exo`, and a private pid namespace

@@ -25,8 +25,8 @@ importable: its worker hook sweeps and starts a guardian). "Absent" is a venv of
 own with nothing of this checkout on its path (`exo_trees.exo_venv(package=False)`
 checks `import exo_orphan_guard` fails there), and exo's process says so again.
 
-    .venv/bin/python -m tests.helpers.app_quit --rounds 3 --out F   # inside scripts/confined
-    .venv/bin/python -m tests.helpers.app_quit --table F            # app_quit_table
+    .venv/bin/python -m tests.helpers.app_quit_table --rounds 3 --out F   # inside scripts/confined
+    .venv/bin/python -m tests.helpers.app_quit_table --table F
 
 prints one line per round, and the tables of docs/exo.md from what `--out` kept.
 Every process it starts carries a token in its environment (a guardian the package
@@ -36,7 +36,6 @@ that outlived that.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -381,51 +380,6 @@ def _ended(registry: Path, pid: int) -> list[endings.Ending]:
         time.sleep(0.05)
 
 
-def main() -> None:
-    from tests.helpers.app_quit_table import record, table
-    from tests.helpers.exo_trees import exo_tree, exo_venv, venv_cache
-
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--versions", default="main,v1.0.71")
-    parser.add_argument("--scenarios", default="ctrl-c,app,shutdown")
-    parser.add_argument("--busy", default="eval")
-    parser.add_argument("--eval-seconds", type=float, default=12.0)
-    parser.add_argument("--busy-wait", type=float, default=None)
-    parser.add_argument("--observe", type=float, default=40.0)
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--table", type=Path, default=None, help="the table of an --out file")
-    args = parser.parse_args()
-    if args.table is not None:
-        print(table(args.table))
-        return
-    work = Path(tempfile.mkdtemp(prefix="eog-app-quit-trees-"))
-    try:
-        for version in args.versions.split(","):
-            for scenario in args.scenarios.split(","):
-                for config in args.configs.split(","):
-                    tree, venv = exo_for(work, version, config, exo_tree, exo_venv, venv_cache())
-                    for _ in range(args.rounds):
-                        done = run_round(
-                            tree,
-                            venv,
-                            version,
-                            config=config,
-                            scenario=scenario,
-                            busy=args.busy,
-                            eval_seconds=args.eval_seconds,
-                            busy_wait=args.busy_wait,
-                            observe=args.observe,
-                        )
-                        print(done.line(), flush=True)
-                        if args.out is not None:
-                            with args.out.open("a") as out:
-                                out.write(json.dumps(record(done)) + "\n")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def exo_for(
     work: Path, version: str, config: Config, make_tree: Any, make_venv: Any, cache: Path
 ) -> tuple[Path, Path]:
@@ -434,7 +388,3 @@ def exo_for(
     package = config == "on-package"
     tree = make_tree(work, version, patched=True, variant="" if package else "bare")
     return tree, make_venv(tree, cache, runner=True, package=package)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,14 +1,19 @@
 """The tables of docs/exo.md ("exo's own stops, guarded and not", and the per-round
-detail below it) from the JSON lines `python -m tests.helpers.app_quit --out FILE`
-writes; `--table FILE` prints them."""
+detail below it), and the rounds behind them (`tests/helpers/app_quit.py`):
+`python -m tests.helpers.app_quit_table --rounds 3 --out FILE` plays them and keeps
+JSON lines; `--table FILE` prints the tables from those."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.app_quit import CONFIG_LABELS, Round
+from tests.helpers.app_quit import CONFIG_LABELS, CONFIGS, Round, exo_for, run_round
+from tests.helpers.exo_trees import exo_tree, exo_venv, venv_cache
 from tests.helpers.runner_reading import unchanged
 
 BUSY_LABELS = {
@@ -188,3 +193,49 @@ def record(done: Round) -> dict[str, Any]:
         "runners": {role: vars(end) for role, end in done.runners.items()},
         "events": [e for e in done.events if e["event"] in ("shutdown", "exiting", "runner-ended")],
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--versions", default="main,v1.0.71")
+    parser.add_argument("--scenarios", default="ctrl-c,app,shutdown")
+    parser.add_argument("--busy", default="eval")
+    parser.add_argument("--eval-seconds", type=float, default=12.0)
+    parser.add_argument("--busy-wait", type=float, default=None)
+    parser.add_argument("--observe", type=float, default=40.0)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--table", type=Path, default=None, help="the table of an --out file")
+    args = parser.parse_args()
+    if args.table is not None:
+        print(table(args.table))
+        return
+    work = Path(tempfile.mkdtemp(prefix="eog-app-quit-trees-"))
+    try:
+        for version in args.versions.split(","):
+            for scenario in args.scenarios.split(","):
+                for config in args.configs.split(","):
+                    tree, venv = exo_for(work, version, config, exo_tree, exo_venv, venv_cache())
+                    for _ in range(args.rounds):
+                        done = run_round(
+                            tree,
+                            venv,
+                            version,
+                            config=config,
+                            scenario=scenario,
+                            busy=args.busy,
+                            eval_seconds=args.eval_seconds,
+                            busy_wait=args.busy_wait,
+                            observe=args.observe,
+                        )
+                        print(done.line(), flush=True)
+                        if args.out is not None:
+                            with args.out.open("a") as out:
+                                out.write(json.dumps(record(done)) + "\n")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
