@@ -1,9 +1,10 @@
 """The guardian's latency: one guardian at a time (its own registry), an exo-shaped
 stand-in worker with one idle, unguarded runner per round; the worker is SIGKILLed once
 the guardian watches it. SIGINT time is the guardian's own `begun` line (its deadline
-less the busy wait: `time.monotonic()` just before the SIGINT, the same clock in every
-process of one boot); gone is the runner's pidfd turning readable, seen here. Both
-backends, in alternating blocks of rounds, each block with a fresh guardian."""
+less the wait after SIGINT it announced: `time.monotonic()` just before the SIGINT,
+the same clock in every process of one boot); gone is the runner's pidfd turning
+readable, seen here. Both backends, in alternating blocks of rounds, each block with a
+fresh guardian."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def run_latency(rounds: int, scratch: Path, exo_python: str) -> LatencyResults:
             registry = scratch / f"latency-{backend}-{number}"
             guardian = GuardianProcess(guardian_environment(scratch, registry, backend))
             try:
-                bound = guardian.busy_bound()
+                bound = guardian.interrupt_wait()
                 done = 0
                 while done < block:
                     try:

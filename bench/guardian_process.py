@@ -89,13 +89,13 @@ class GuardianProcess:
                     raise RuntimeError(f"the guardian never said {pattern!r}; it said:\n{said}")
                 self._changed.wait(min(left, 0.5))
 
-    def busy_bound(self) -> float:
-        """The busy wait it announced at start-up (the SIGINT's deadline less it is when
-        the SIGINT went)."""
+    def interrupt_wait(self) -> float:
+        """The wait after SIGINT it announced at start-up: a `begun` line's deadline less
+        it is when the SIGINT went."""
         _, line = self.wait_for(READY, WATCH_TIMEOUT_S)
-        match = re.search(r"busy wait ([0-9.e+]+) s", line)
+        match = re.search(r"SIGKILL ([0-9.e+]+) s after SIGINT", line)
         if match is None:
-            raise RuntimeError(f"no busy wait in {line!r}")
+            raise RuntimeError(f"no wait after SIGINT in {line!r}")
         return float(match.group(1))
 
     def stop(self) -> None:

@@ -1,0 +1,26 @@
+"""The guardian benchmark reads what a real guardian says: the wait after SIGINT in its
+start-up line, which a `begun` line's deadline less is when the SIGINT went. When that
+line changed (9d93534), `make bench --only guardian` failed on its first round, and
+nothing in `make test` said so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.guardian_process import GuardianProcess, guardian_environment
+from exo_orphan_guard.system import settings
+
+# The guardian sweeps at its start: a real, machine-wide one.
+pytestmark = pytest.mark.machine_wide
+
+
+def test_the_bench_reads_the_wait_after_sigint_a_real_guardian_announces(tmp_path: Path) -> None:
+    guardian = GuardianProcess(guardian_environment(tmp_path, tmp_path / "registry", "linux"))
+    try:
+        assert guardian.interrupt_wait() == settings.interrupt_bound(
+            settings.DEFAULT_BUSY_WAIT_SECONDS, settings.DEFAULT_GRACE_SECONDS
+        )
+    finally:
+        guardian.stop()
