@@ -30,7 +30,7 @@ HOOKS = "exo_orphan_guard.exo.hooks"
 """What the series' module reaches in the package (its `PACKAGE_HOOKS`)."""
 
 _LOOK = """
-import importlib.util, json, multiprocessing, os, signal, sys, threading, time
+import importlib.util, json, multiprocessing, os, signal, sys, threading, time, types
 import logging
 import anyio, loguru, psutil
 sys.path.insert(0, sys.argv[1])
@@ -46,10 +46,12 @@ def look():
         if mod is None or name.split(".")[0] not in LIBRARIES:
             continue
         for attribute, value in list(vars(mod).items()):
-            seen[f"{name}.{attribute}"] = id(value)
+            if isinstance(value, types.ModuleType):
+                continue  # a submodule imported: bookkeeping, not a patch
+            seen[f"{name}:{attribute}"] = id(value)
             if isinstance(value, type) and value.__module__ == name:
                 for key, member in list(vars(value).items()):
-                    seen[f"{name}.{attribute}.{key}"] = id(member)
+                    seen[f"{name}:{attribute}.{key}"] = id(member)
     for number in signal.valid_signals():
         try:
             seen[f"handler {number}"] = repr(signal.getsignal(number))
@@ -71,6 +73,13 @@ for thread in threading.enumerate():
         thread.join(30)
 after = look()
 changed = {key: [before[key], after.get(key)] for key in before if after.get(key) != before[key]}
+# Something new on a module or class that was there before is a patch too.
+modules = {key.partition(":")[0] for key in before if ":" in key}
+changed |= {
+    key: [None, value]
+    for key, value in after.items()
+    if key not in before and key.partition(":")[0] in modules
+}
 # The guardian it started, found as the CLI finds it (it watches this process, alive).
 from exo_orphan_guard.records import guardian_state
 from exo_orphan_guard.records.registry import host_directory
