@@ -26,7 +26,7 @@ from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import report_of, run_cli
-from tests.helpers.processes import NOBODY, start_orphan
+from tests.helpers.processes import NOBODY, start_orphan, started_child
 from tests.helpers.sweeps import gone, killed_pids, orphaned_runners
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to plant processes")
@@ -99,12 +99,7 @@ def test_match_any_parent_kills_matching_processes_under_a_live_parent(
     )
     parent = start_orphan([sys.executable, "-c", launcher])
     planted.append(parent)
-    deadline = time.monotonic() + 10
-    while not (children := psutil.Process(parent.pid).children()):
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    rank = identity_of(children[0].pid)
-    assert rank is not None
+    rank = started_child(parent, marker)
     planted.append(rank)
     # Live parent: spared by default. (The fingerprint is off: sweeps are machine-wide.)
     assert sweep(match=marker, grace=0.2, fingerprint=False).targets == ()

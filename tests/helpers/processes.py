@@ -57,6 +57,21 @@ def start_orphan(argv: Sequence[str], *, user: int | None = None) -> ProcessIden
     return identity
 
 
+def started_child(parent: ProcessIdentity, word: str) -> ProcessIdentity:
+    """The child of `parent` whose command line holds `word`, once it has exec'd.
+
+    Between fork and exec a child shows its parent's command line, so the first child
+    listed may not match any rule yet (seen in CI, 2026-12-05): wait for the exec."""
+    deadline = time.monotonic() + 10.0
+    while True:
+        for child in psutil.Process(parent.pid).children():
+            with contextlib.suppress(psutil.Error):
+                if word in child.cmdline() and (identity := identity_of(child.pid)):
+                    return identity
+        assert time.monotonic() < deadline, f"no child of {parent.pid} runs {word!r}"
+        time.sleep(0.01)
+
+
 def _has_exec_ed(pid: int, argv0: str) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
