@@ -1,0 +1,106 @@
+"""exo's worker, guarded with the package installed, and its runner are the same
+processes after their hooks as before them (issue 35: no class or module of exo or its
+libraries patched, nothing of the process changed). A fresh interpreter loads the
+series' own module (`exo/worker/orphan_guard.py`) over the exo-shaped types, as exo's
+processes have it, and looks at itself (`tests.helpers.self_look`) before and after
+its hook: `await guard_worker()` in the worker (the marker, the start-up sweep, a
+guardian started), `guard_runner(...)` in a spawned runner. The look: every attribute
+of the modules of exo, loguru, multiprocessing, anyio, threading, signal and logging,
+and of the classes they define; its signal handlers and mask, process group, session,
+environment, loguru's sinks, logging's handlers and its children. The guardian the
+worker started is stopped."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from exo_orphan_guard.rig import exo_runner
+from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.identity import identity_of
+from tests.helpers import self_look
+from tests.helpers.waiting import wait_until
+
+# The hook sweeps the machine and starts a guardian, which sweeps it too.
+pytestmark = pytest.mark.machine_wide
+
+ROOT = Path(__file__).resolve().parents[1]
+IN_TREE = (exo_runner.EXO_SHAPED, str(exo_runner.IN_TREE_FILE))
+HOOKS = "exo_orphan_guard.exo.hooks"
+"""What the series' module reaches in the package (its `PACKAGE_HOOKS`)."""
+
+_LOOK = """
+import json, sys, threading, time
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+import anyio
+from tests.helpers import self_look
+self_look.load_what_exo_has()
+before = self_look.look()
+module = self_look.load_in_tree_module("exo.worker.orphan_guard", sys.argv[3])
+anyio.run(module.guard_worker)
+for thread in threading.enumerate():
+    if thread.name == "exo-orphan-guard-guardian":
+        thread.join(30)
+changed = self_look.changes(before, self_look.look())
+# The guardian it started, found as the CLI finds it (it watches this process, alive).
+from exo_orphan_guard.records import guardian_state
+from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.system import boot_id, settings
+deadline = time.monotonic() + 15
+while (state := guardian_state.running(host_directory(settings.registry_dir()), boot_id())) is None:
+    if time.monotonic() > deadline:
+        break
+    time.sleep(0.05)
+reached = sys.argv[4] in sys.modules
+print(json.dumps({"changed": changed, "guardian": state and state.pid, "reached": reached}))
+"""
+
+
+def test_exos_worker_is_the_same_process_after_the_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(settings.TOGGLE_ENV, "true")
+    looked = subprocess.run(
+        [sys.executable, "-c", _LOOK, str(ROOT), *IN_TREE, HOOKS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert looked.returncode == 0, looked.stderr
+    said = json.loads(looked.stdout)
+    guardian = None if said["guardian"] is None else identity_of(said["guardian"])
+    try:
+        assert said["reached"] and said["guardian"] is not None, looked.stderr  # it acted
+        assert said["changed"] == {}
+    finally:
+        # With its worker gone it leaves by itself; a test waits for no one.
+        if guardian is not None and identity_of(guardian.pid) == guardian:
+            os.kill(guardian.pid, signal.SIGTERM)
+            assert wait_until(lambda: identity_of(guardian.pid) is None, 15.0)
+
+
+def test_exos_runner_is_the_same_process_after_the_hook(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A spawned runner, as exo's worker starts one: its task stream's receiving end
+    # and its bound instance are its arguments.
+    monkeypatch.setenv(settings.TOGGLE_ENV, "true")
+    bound_instance, task_receiver, _ = exo_runner.channel_and_instance("looking")
+    out = tmp_path / "looked.json"
+    runner = multiprocessing.get_context("spawn").Process(
+        target=self_look.runner_looks,
+        args=(bound_instance, task_receiver, IN_TREE[1], str(out)),
+    )
+    runner.start()
+    runner.join(60)
+    assert runner.exitcode == 0
+    said = json.loads(out.read_text())
+    assert said["new threads"] == ["exo-orphan-guard"]  # it acted
+    assert said["changed"] == {}
+    assert not said["package imported"]
