@@ -15,7 +15,9 @@ from tests.helpers.cli import run_cli
 
 
 def test_selftest_json_is_one_object_with_every_row() -> None:
-    completed = run_cli("selftest", "--json", "--strategy", "auto", timeout=120)
+    completed = run_cli(
+        "selftest", "--json", "--strategy", "auto", "--strategy", "sentinel", timeout=120
+    )
     document = json.loads(completed.stdout)
     assert completed.returncode == 0, document
     assert document["schema"] == "exo-orphan-guard/selftest/1" and document["passed"] is True
@@ -25,16 +27,25 @@ def test_selftest_json_is_one_object_with_every_row() -> None:
     assert document["host_key"]["kind"] in ("hostname", "hardware-uuid")
     assert {"wired_memory", "rdma"} <= set(document)
     rows = {row["strategy"]: row for row in document["strategies"]}
-    assert list(rows) == ["auto", "guard off"]
+    assert list(rows) == ["auto", "sentinel", "guard off"]
     assert [runner["kind"] for runner in rows["auto"]["runners"]] == [
         "idle",
         "gil",
         "child",
         "late",
     ]
-    # The guard took every runner within the deadline; the control round left them all.
-    assert all(runner["latency_ms"] is not None for runner in rows["auto"]["runners"])
-    assert all(runner["latency_ms"] is None for runner in rows["guard off"]["runners"])
+    # The guard took every runner within the deadline; the control round left them all,
+    # and a thread in the runner cannot act while the runner holds the GIL.
+    gone = {
+        strategy: [runner["kind"] for runner in row["runners"] if runner["latency_ms"] is not None]
+        for strategy, row in rows.items()
+    }
+    assert gone == {
+        "auto": list(selftest.KINDS),
+        "sentinel": ["idle", "child", "late"],
+        "guard off": [],
+    }
+    assert document["deadline_s"] == selftest.DEADLINE_SECONDS
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="what a Linux machine answers")

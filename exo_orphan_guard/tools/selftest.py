@@ -2,8 +2,9 @@
 
 For every strategy this OS offers, a stand-in worker with four runners (idle, holding
 the GIL, with a child of its own, and one not yet guarded when its worker dies) is
-SIGKILLed; each runner and what it started must be gone within a second. A control
-round with the guard off must leave orphans, or the test proves nothing here.
+SIGKILLed; each runner a strategy covers, and what it started, must be gone, and each
+it does not cover still there a second later. A control round with the guard off must
+leave orphans, or the test proves nothing here.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib.metadata
 import json
 import platform
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +28,12 @@ from ..watch.waiters import can_use_kqueue, can_use_pidfd
 from . import rdma_ports, stranded_memory
 
 KINDS: Final[tuple[RunnerKind, ...]] = ("idle", "gil", "child", "late")
-DEADLINE_SECONDS: Final = 1.0
+DEADLINE_SECONDS: Final = 5.0
+"""How long a covered runner may take to go: p50 about 0.1 s, 0.5-0.6 s for one held in
+native code at the wedge bound (docs/benchmarks.md); the rest is for a machine busy
+with a model, where a PASS must not turn FAIL. Waited in full only for a failure."""
+LOOK_SECONDS: Final = 1.0
+"""How long after the kill an uncovered runner (and every one, guard off) is watched."""
 
 MECHANISM_COVERS: Final[Mapping[settings.Strategy, frozenset[RunnerKind]]] = {
     "auto": frozenset(KINDS),
@@ -111,7 +118,12 @@ def _run_one(strategy: settings.Strategy | None, registry: Path) -> StrategyResu
         return StrategyResult(strategy, (), error=f"could not start the worker: {error}")
     try:
         killed_at = scenarios.kill_worker(worker)
-        exits = scenarios.wait_gone(worker.all_processes(), DEADLINE_SECONDS)
+        covered = [
+            member for runner in worker.runners if runner.kind in covers for member in runner.tree
+        ]
+        exits = scenarios.wait_gone(covered, DEADLINE_SECONDS)
+        others = [member for member in worker.all_processes() if member not in exits]
+        exits |= scenarios.wait_gone(others, killed_at + LOOK_SECONDS - time.monotonic())
         kinds: list[KindResult] = []
         for runner in worker.runners:
             seen = [exits[member] for member in runner.tree]
@@ -129,7 +141,8 @@ def _run_one(strategy: settings.Strategy | None, registry: Path) -> StrategyResu
 def render(results: Sequence[StrategyResult]) -> str:
     header = f"exo-orphan-guard selftest: {platform.system()} {platform.release()}, "
     header += f"Python {platform.python_version()}, {system.BACKEND} backend; "
-    header += f"deadline {DEADLINE_SECONDS:g} s per runner"
+    header += f"covered runners gone within {DEADLINE_SECONDS:g} s, "
+    header += f"others alive {LOOK_SECONDS:g} s after"
     lines = [
         header,
         "",
@@ -177,6 +190,7 @@ def to_json(results: Sequence[StrategyResult]) -> str:
         "backend": system.BACKEND,
         **backend_answers(),
         "deadline_s": DEADLINE_SECONDS,
+        "look_s": LOOK_SECONDS,
         "strategies": [
             {
                 "strategy": result.strategy or "guard off",
