@@ -15,6 +15,9 @@ from ..rig import launch_scenario, scenarios
 from ..rig.launch_scenario import RankKind
 
 LOOK_SECONDS = 1.0
+"""How long bare ranks are given to go (they never do)."""
+GUARDED_WAIT_SECONDS = 10.0
+"""How long wrapped ranks may take on a loaded machine; they go at once."""
 _KINDS: list[RankKind] = ["idle", "gil"]
 
 
@@ -41,12 +44,13 @@ def launcher_killed(scratch: Path) -> bool:
             tracked = launcher.all_processes()
             time.sleep(scenarios.GIL_SETTLE_SECONDS)
             killed_at = launch_scenario.kill_launcher(launcher)
-            exits = scenarios.wait_gone(tracked, LOOK_SECONDS)
+            waited = GUARDED_WAIT_SECONDS if words else LOOK_SECONDS
+            exits = scenarios.wait_gone(tracked, waited)
             left = scenarios.alive(tracked)
             print(f"{label}: launcher {launcher.process.pid} started ranks {ranks}")
             if left:
                 pids = " ".join(str(identity.pid) for identity in left)
-                print(f"  kill -9 launcher; {LOOK_SECONDS:g} s later {len(left)} left: {pids}")
+                print(f"  kill -9 launcher; {waited:g} s later {len(left)} left: {pids}")
             else:
                 last = max(seen for seen in exits.values() if seen is not None)
                 print(f"  kill -9 launcher; all gone {(last - killed_at) * 1000:.1f} ms after")

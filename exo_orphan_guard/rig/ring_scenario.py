@@ -369,7 +369,8 @@ def orphan_then_next_group(*, guard: bool, timeout: float, scratch: Path) -> Orp
         killed_at = time.monotonic()
         first.process.kill()  # SIGKILL of the worker's pid alone
         first.process.wait()
-        gone = wait_gone([stuck], 1.0)[stuck]
+        # Guarded, it goes at once (on a loaded machine, within this); unguarded, never.
+        gone = wait_gone([stuck], 10.0 if guard else 1.0)[stuck]
         # Rank 1 first: its connection to rank 0's port finds only the orphan listening.
         second = start_group(
             [1, 0], hostfile, guard=True, registry=registry, stagger=NEXT_GROUP_STAGGER_SECONDS
