@@ -14,16 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.exec_wrapper import exit_status, parse_command
 from tests.helpers.cli import CLI
 from tests.helpers.processes import describe, gone_within, kill_all, signal_masks
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
 WRAPPER = [*CLI, "exec"]
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+GONE_WITHIN_SECONDS = 10.0
+"""For the command's tree once the wrapper stops or dies: met at once when it works
+(how soon is `make bench`'s launch section)."""
 # A child that reports its pid and those of its own child, then waits.
 PYTHON_WITH_CHILD = (
     "import os, subprocess, sys, time\n"
@@ -82,6 +88,10 @@ def start_wrapped(
     line = process.stdout.readline()
     identities = [identity_of(int(word)) for word in line.split()]
     assert identities and all(identity is not None for identity in identities), line
+    # The wrapper starts the command first, then arms its watch and writes its record:
+    # the command's pids say nothing of the watch.
+    record = host_directory(settings.registry_dir()) / f"runner-{process.pid}.json"
+    assert wait_until(record.exists, 10.0), f"wrapper {process.pid} never armed its watch"
     return process, [identity for identity in identities if identity is not None]
 
 
@@ -111,7 +121,7 @@ def test_command_never_outlives_a_sigkilled_wrapper(
     process.kill()
     process.wait()
     try:
-        assert gone_within([child, grandchild], 1.0)
+        assert gone_within([child, grandchild], GONE_WITHIN_SECONDS)
     finally:
         kill_all([child, grandchild])
 
@@ -185,7 +195,7 @@ def test_a_signal_ignored_when_the_wrapper_starts_stays_ignored(
     assert process.poll() is None and scenarios.alive(tree) == tree
     process.terminate()
     assert process.wait(timeout=10) == 128 + signal.SIGTERM
-    assert gone_within(tree, 1.0)
+    assert gone_within(tree, GONE_WITHIN_SECONDS)
 
 
 def test_a_command_deaf_to_sigterm_is_killed_with_its_tree_after_the_grace(
@@ -199,7 +209,7 @@ def test_a_command_deaf_to_sigterm_is_killed_with_its_tree_after_the_grace(
     waited = time.monotonic() - sent_at
     assert process.returncode == 128 + signal.SIGKILL
     assert 0.4 < waited < 3.0
-    assert gone_within(tree, 1.0)
+    assert gone_within(tree, GONE_WITHIN_SECONDS)
     assert "SIGKILL in 0.5 s" in (process.stderr.read() if process.stderr else "")
 
 
@@ -276,7 +286,7 @@ def test_stdin_hup_stops_the_command_when_the_pipe_closes_while_the_parent_lives
     assert scenarios.alive(tree) == tree, "data on stdin is not a hang-up"
     process.stdin.close()
     assert process.wait(timeout=10) == 128 + signal.SIGTERM
-    assert gone_within(tree, 1.0)
+    assert gone_within(tree, GONE_WITHIN_SECONDS)
 
 
 def test_control_without_stdin_hup_a_closed_stdin_changes_nothing(
@@ -290,7 +300,7 @@ def test_control_without_stdin_hup_a_closed_stdin_changes_nothing(
     assert scenarios.alive(tree) == tree
     process.terminate()
     assert process.wait(timeout=10) == 128 + signal.SIGTERM
-    assert gone_within(tree, 1.0)
+    assert gone_within(tree, GONE_WITHIN_SECONDS)
 
 
 # --- the parent's death: one stop, not one a second ---------------------------------

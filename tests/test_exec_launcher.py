@@ -23,6 +23,7 @@ from exo_orphan_guard.rig import launch_scenario, scenarios
 from exo_orphan_guard.rig.launch_scenario import RankKind, StartedLauncher
 from tests.helpers.cli import run_cli
 from tests.helpers.processes import describe, gone_within
+from tests.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc and uses pidfds")
 
@@ -98,7 +99,10 @@ def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
     launchers.append(launcher)
     rank = launcher.ranks[0]
     assert rank.wrapper is not None
-    records = list(host_directory(isolated_environment).glob("runner-*.json"))
+    # The wrapper arms its watch (and writes its record) just after it starts the rank.
+    directory = host_directory(isolated_environment)
+    assert wait_until(lambda: any(directory.glob("runner-*.json")), 10.0)
+    records = list(directory.glob("runner-*.json"))
     assert [path.name for path in records] == [f"runner-{rank.wrapper.pid}.json"]
     record = json.loads(records[0].read_text())
     assert record["worker"]["pid"] == launcher.process.pid

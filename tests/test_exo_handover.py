@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.exo_runner import LOAD_SECONDS_ENV, OWN_SHUTDOWN_SECONDS
+from exo_orphan_guard.rig.exo_runner import LOAD_SECONDS_ENV
 from exo_orphan_guard.rig.notes import read_notes
 from exo_orphan_guard.system.identity import ProcessIdentity
 from tests.conftest import StartWorker
@@ -61,7 +61,9 @@ def test_each_exo_runner_ends_through_its_own_shutdown_once_its_loop_looks(
     by_kind, after = _killed(start_worker, ["exoidle", "exoeval", "exoload"], notes, 6.0)
 
     idle = after["exoidle"]
-    assert idle is not None and idle < OWN_SHUTDOWN_SECONDS + 0.7, idle
+    # At once: before a native call as long as exoeval's could have returned (how soon
+    # is `make bench`'s handover section).
+    assert idle is not None and idle < NATIVE_SECONDS, idle
     assert read_events(notes, by_kind["exoidle"]) == ["took", "shut down", "finally"]
 
     back = after["exoeval"]

@@ -159,7 +159,7 @@ def test_the_frozen_runner_runs_as_exos_app_runners_do(run_app: RunApp, app: Pat
 def test_guarded_a_gil_held_frozen_runner_dies_with_the_app(run_app: RunApp) -> None:
     running = run_app(guard=True)
     kill_app(running)
-    gone = wait_gone([running.runner], 2.0)[running.runner]
+    gone = wait_gone([running.runner], 10.0)[running.runner]
     assert gone is not None, "the guarded frozen runner outlived the app"
 
 

@@ -1,4 +1,4 @@
-"""Death seen at exit, not at reap: the worker's own parent reaps it 1.5 s late.
+"""Death seen at exit, not at reap: the worker's own parent reaps it 10 s late.
 
 A dead worker stays a zombie until its parent reaps it; exo under a busy supervisor
 (or launchd) may be reaped late. psutil's `Process.wait()` on a process that is not
@@ -19,9 +19,10 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.watch.waiters import can_use_pidfd
 from tests.conftest import StartWorker
 
-REAP_AFTER_SECONDS = 1.5
-GONE_WITHIN_SECONDS = 1.0
-"""The bound of the prompt-reap tests (test_parent_watch), below the reap delay."""
+REAP_AFTER_SECONDS = 10.0
+GONE_WITHIN_SECONDS = 8.0
+"""Below the reap delay, so that what goes went before the reap; met at once when every
+waiter fires at exit (how soon is `make bench`'s watch section)."""
 
 COVERS: dict[settings.Strategy, list[RunnerKind]] = {
     "auto": ["idle", "gil", "child", "late"],

@@ -83,7 +83,7 @@ def test_a_runner_stopped_while_its_worker_lives_takes_what_it_started(
     worker = start_worker(["child", "idle"])
     victim, sibling = worker.runners
     os.kill(victim.identity.pid, signal.SIGTERM)
-    exits = scenarios.wait_gone(list(victim.tree), 1.0)
+    exits = scenarios.wait_gone(list(victim.tree), 10.0)
     assert all(seen is not None for seen in exits.values()), exits
     assert worker.process.poll() is None
     assert scenarios.alive(list(sibling.tree)) == list(sibling.tree)
@@ -99,6 +99,6 @@ def test_a_runner_stopped_before_its_watchdog_first_ran_takes_what_it_started(
     worker = start_worker(["child"], extra_env={SLOW_FORK_SECONDS_ENV: "0.5"})
     (victim,) = worker.runners
     os.kill(victim.identity.pid, signal.SIGTERM)
-    exits = scenarios.wait_gone(list(victim.tree), 3.0)
+    exits = scenarios.wait_gone(list(victim.tree), 10.0)
     assert all(seen is not None for seen in exits.values()), exits
     assert worker.process.poll() is None

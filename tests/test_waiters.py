@@ -32,15 +32,13 @@ def _returns_after_kill(
     wait: Callable[[ProcessIdentity], None],
     process: subprocess.Popen[bytes],
     target: ProcessIdentity,
-) -> float:
+) -> None:
     done = threading.Event()
     thread = threading.Thread(target=lambda: (wait(target), done.set()), daemon=True)
     thread.start()
     assert not done.wait(0.3), "returned while the process was alive"
-    killed_at = time.monotonic()
     process.kill()
-    assert done.wait(2.0), "did not return after the process died"
-    return time.monotonic() - killed_at
+    assert done.wait(10.0), "did not return after the process died"
 
 
 @pytest.mark.skipif(
@@ -49,14 +47,16 @@ def _returns_after_kill(
 def test_pidfd_waiter_wakes_on_exit_without_reaping(
     sleeper: tuple[subprocess.Popen[bytes], ProcessIdentity],
 ) -> None:
-    assert _returns_after_kill(waiters.wait_pidfd, *sleeper) < 0.5
+    _returns_after_kill(waiters.wait_pidfd, *sleeper)
+    # Woke at the exit: our child, unreaped until the fixture waits for it.
+    assert psutil.Process(sleeper[1].pid).status() == psutil.STATUS_ZOMBIE
 
 
-def test_poll_waiter_wakes_within_its_interval(
+def test_poll_waiter_wakes_once_the_process_is_gone(
     sleeper: tuple[subprocess.Popen[bytes], ProcessIdentity],
 ) -> None:
-    latency = _returns_after_kill(waiters.wait_poll, *sleeper)
-    assert latency < waiters.POLL_INTERVAL_SECONDS * 3
+    # How soon (about its interval) is `make bench`'s watch section, portable rows.
+    _returns_after_kill(waiters.wait_poll, *sleeper)
 
 
 @pytest.mark.parametrize("name", ["pidfd", "poll"])
@@ -206,7 +206,7 @@ def test_kqueue_waiter_fires_at_exit_not_at_reap(
 ) -> None:
     _, target = late_reaped
     latency, zombie = _kill_and_time(injected_kqueue, target)
-    assert latency < 0.5 and zombie
+    assert latency < REAP_AFTER_SECONDS and zombie
     assert waiters.confirmed_gone(target)
 
 

@@ -181,7 +181,7 @@ def test_the_watchdog_and_its_understudy_go_with_the_runner(
         helpers += [watchdog, understudy_of(watchdog)]
     scenarios.kill_worker(dying)
     os.kill(stopped.runners[0].identity.pid, signal.SIGTERM)  # exo's own stop
-    gone = scenarios.wait_gone(helpers, 2.0)
+    gone = scenarios.wait_gone(helpers, 10.0)
     assert all(seen is not None for seen in gone.values()), gone
 
 

@@ -48,8 +48,10 @@ def start_orphan(argv: Sequence[str], *, user: int | None = None) -> ProcessIden
     )
     pid = int(shell.stdout.strip())
     deadline = time.monotonic() + 5.0
-    # setpriv (or the shell) execs the real command a moment later: wait for it.
-    while not _has_exec_ed(pid, argv[0]):
+    # setpriv (or the shell) execs the real command a moment later: wait for it. Until
+    # then the background shell shows the outer shell's command line (and user), whose
+    # first word may be the command's own (/bin/sh): only the whole argv says.
+    while not _has_exec_ed(pid, argv):
         assert time.monotonic() < deadline, f"{argv} did not start"
         time.sleep(0.01)
     identity = identity_of(pid)
@@ -72,10 +74,10 @@ def started_child(parent: ProcessIdentity, word: str) -> ProcessIdentity:
         time.sleep(0.01)
 
 
-def _has_exec_ed(pid: int, argv0: str) -> bool:
+def _has_exec_ed(pid: int, argv: Sequence[str]) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return file.read().split(b"\0")[0].decode() == argv0
+            return file.read().split(b"\0")[:-1] == [os.fsencode(word) for word in argv]
     except OSError:
         return False
 

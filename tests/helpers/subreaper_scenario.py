@@ -36,7 +36,8 @@ def main() -> None:
         for runner in worker.runners:
             with contextlib.suppress(psutil.Error):
                 parents.append(psutil.Process(runner.identity.pid).ppid())
-        exits = scenarios.wait_gone(tracked, 1.0)
+        # Guarded: gone as soon as they go. Unguarded: the time they had to go.
+        exits = scenarios.wait_gone(tracked, 10.0 if watch == "guard" else 1.0)
         alive_after = [identity.pid for identity, seen in exits.items() if seen is None]
         print(
             json.dumps(
