@@ -104,18 +104,28 @@ def gone_within(processes: Sequence[ProcessIdentity], seconds: float) -> bool:
 
 
 def describe(pids: Sequence[int]) -> list[str]:
-    """Who each still-running process is: its state, parent and command line."""
+    """Who each still-running process is: its state, where in the kernel it waits, its
+    threads, parent and command line."""
     described: list[str] = []
     for pid in pids:
         try:
             process = psutil.Process(pid)
             with process.oneshot():
                 described.append(
-                    f"{pid} {process.status()} ppid={process.ppid()} {process.cmdline()}"
+                    f"{pid} {process.status()} wchan={_wchan(pid)} "
+                    f"threads={process.num_threads()} ppid={process.ppid()} "
+                    f"{process.cmdline()}"
                 )
         except psutil.Error:
             described.append(f"{pid} (gone meanwhile)")
     return described
+
+
+def _wchan(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text() or "-"
+    except OSError:
+        return "?"
 
 
 def signal_masks(pids: Sequence[int]) -> dict[int, str]:
