@@ -13,7 +13,6 @@ worker started is stopped."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -25,7 +24,6 @@ import pytest
 from exo_orphan_guard.rig import exo_runner
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import identity_of
-from tests.helpers import self_look
 from tests.helpers.waiting import wait_until
 
 # The hook sweeps the machine and starts a guardian, which sweeps it too.
@@ -85,21 +83,37 @@ def test_exos_worker_is_the_same_process_after_the_hook(monkeypatch: pytest.Monk
             assert wait_until(lambda: identity_of(guardian.pid) is None, 15.0)
 
 
+_SPAWN_A_RUNNER = """
+import multiprocessing, sys
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from exo_orphan_guard.rig import exo_runner
+from tests.helpers import self_look
+bound_instance, task_receiver, _ = exo_runner.channel_and_instance("looking")
+runner = multiprocessing.get_context("spawn").Process(
+    target=self_look.runner_looks, args=(bound_instance, task_receiver, sys.argv[3], sys.argv[4])
+)
+runner.start()
+runner.join(60)
+sys.exit(runner.exitcode)
+"""
+"""A worker of its own (the exo-shaped types never enter the test's process): it makes
+a runner's task stream and bound instance and spawns the runner with them, as exo's
+worker does."""
+
+
 def test_exos_runner_is_the_same_process_after_the_hook(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A spawned runner, as exo's worker starts one: its task stream's receiving end
-    # and its bound instance are its arguments.
     monkeypatch.setenv(settings.TOGGLE_ENV, "true")
-    bound_instance, task_receiver, _ = exo_runner.channel_and_instance("looking")
     out = tmp_path / "looked.json"
-    runner = multiprocessing.get_context("spawn").Process(
-        target=self_look.runner_looks,
-        args=(bound_instance, task_receiver, IN_TREE[1], str(out)),
+    spawned = subprocess.run(
+        [sys.executable, "-c", _SPAWN_A_RUNNER, str(ROOT), *IN_TREE, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    runner.start()
-    runner.join(60)
-    assert runner.exitcode == 0
+    assert spawned.returncode == 0, spawned.stderr
     said = json.loads(out.read_text())
     assert said["new threads"] == ["exo-orphan-guard"]  # it acted
     assert said["changed"] == {}
