@@ -184,8 +184,9 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         description="Write a LaunchAgent (~/Library/LaunchAgents) or a systemd user unit "
         "(~/.config/systemd/user) that runs `service run --mode service`, with EXO_HOME and "
         "the EXO_ORPHAN_GUARD_* settings set here written into it, then load and start it. "
-        "Exit codes: 0 installed and running (or already), 1 not done (one line says why: "
-        "no launchctl or systemctl, no user session, a command that failed).",
+        "Run it as the user it guards, never with sudo. Exit codes: 0 installed and running "
+        "(or already), 1 not done (one line says why: run as root for a user, no launchctl "
+        "or systemctl, no user session, a command that failed).",
     )
     install.add_argument(
         "--print",
@@ -197,7 +198,8 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "uninstall",
         help="stop the guardian's service and remove its file",
         description="Exit codes: 0 uninstalled (or nothing installed), 1 not done (one "
-        "line says why).",
+        "line says why: run as root for a user, no launchctl or systemctl, a command that "
+        "failed).",
     )
     status = actions.add_parser(
         "status",

@@ -3,7 +3,7 @@ places a Mac and a Linux desktop have: what tests/test_service*.py share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from exo_orphan_guard.tools.service_control import Command, Completed
 from exo_orphan_guard.tools.service_files import LABEL, UNIT_NAME, Manager
 
 UID = 501
+USER = "ada"
 CLI = ("/opt/exo/bin/exo-orphan-guard",)
 ENVIRON = {
     "EXO_HOME": ".exo-test",
@@ -103,16 +104,22 @@ def redirected_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def context_for(
     manager: Manager,
     fake: FakeManager,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
     which: Callable[[str], str | None] = lambda name: f"/usr/bin/{name}",
+    *,
+    uid: int = UID,
+    home_owner: int | None = UID,
+    cli: tuple[str, ...] = CLI,
 ) -> service.Context:
     return service.Context(
         manager=manager,
         platform="darwin" if manager == "launchd" else "linux",
         home=fake.home,
-        uid=UID,
+        uid=uid,
+        home_owner=home_owner,
+        name_of=lambda user: {UID: USER, 0: "root"}.get(user),
         environ=ENVIRON if environ is None else environ,
-        cli=CLI,
+        cli=cli,
         run=fake,
         which=which,
     )
