@@ -147,7 +147,7 @@ def test_install_print_shows_the_file_and_commands_and_changes_nothing(
     assert printed[0] == f"# {wanted.path}"
     assert "\n".join(printed[1 : 1 + len(wanted.text.splitlines())]) + "\n" == wanted.text
     assert printed[-5:-2] == ["# then, where nothing is installed yet:", *commands]
-    assert printed[-1] == "# (--print: nothing was written or run)"
+    assert printed[-1] == "# (--print: nothing was written, and no command above was run)"
 
 
 @pytest.mark.parametrize("manager", ["launchd", "systemd"])

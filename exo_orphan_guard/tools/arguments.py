@@ -182,11 +182,15 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "install",
         help="have launchd (macOS) or systemd (Linux) keep the guardian running",
         description="Write a LaunchAgent (~/Library/LaunchAgents) or a systemd user unit "
-        "(~/.config/systemd/user) that runs `service run --mode service`, with EXO_HOME and "
-        "the EXO_ORPHAN_GUARD_* settings set here written into it, then load and start it. "
-        "Run it as the user it guards, never with sudo. Exit codes: 0 installed and running "
-        "(or already), 1 not done (one line says why: run as root for a user, no launchctl "
-        "or systemctl, no user session, a command that failed).",
+        "(~/.config/systemd/user) that runs `service run --mode service`, with the "
+        "guardian's settings set here (EXO_HOME, XDG_CACHE_HOME, EXO_ORPHAN_GUARD_DIR, "
+        "_GRACE, _BUSY_WAIT, _SCAN_INTERVAL, _BACKEND) written into it, then load and start "
+        "it. Run it as the user it guards, never with sudo. Exit codes: 0 "
+        "installed and running (or already); 1 not done, one line says why: run as root "
+        "for a user, a CLI in a cache (uvx, pipx run) or one that does not start from / "
+        "(an uninstalled checkout), a registry the guardian could not use, no launchctl or "
+        "systemctl, no user session, a command that failed; 2 a setting the guardian would "
+        "not take (one line each).",
     )
     install.add_argument(
         "--print",

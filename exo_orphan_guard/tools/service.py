@@ -27,6 +27,7 @@ from ..system import settings
 from . import service_checks, service_disk, service_files, service_status
 from .service_control import (
     Command,
+    Completed,
     FileState,
     Plan,
     Run,
@@ -37,6 +38,7 @@ from .service_control import (
     run_command,
     run_commands,
     session_problem,
+    started_as_service,
     uninstall_plan,
 )
 from .service_files import Manager, ServiceFile
@@ -44,6 +46,7 @@ from .service_status import StatusReport
 
 EXIT_OK: Final = 0
 EXIT_NOT_DONE: Final = 1
+EXIT_BAD_SETTING: Final = 2
 JOURNAL: Final = f"journalctl --user -u {service_files.UNIT_NAME}"
 
 
@@ -62,6 +65,10 @@ class Context:
     """The CLI as the service starts it (`service_files.cli_words`)."""
     run: Run
     which: Which
+    starts: Callable[[Command, Mapping[str, str]], Completed]
+    """Runs a command as the service manager would (`started_as_service`)."""
+    source: str
+    """What to install the CLI from, for a line that says how."""
 
 
 def here() -> Context:
@@ -79,6 +86,8 @@ def here() -> Context:
         ),
         run=run_command,
         which=shutil.which,
+        starts=started_as_service,
+        source=_source(),
     )
 
 
@@ -90,6 +99,14 @@ def install(context: Context, *, print_only: bool = False) -> int:
     if refused is not None:
         return _cannot("install", refused)
     wanted = service_files.service_file(manager, context.home, context.environ, context.cli)
+    bad = service_checks.setting_problems(wanted.environment, manager)
+    if bad:
+        for problem in bad:
+            _cannot("install", problem)
+        return EXIT_BAD_SETTING
+    unusable = _unusable(context)
+    if unusable is not None:
+        return _cannot("install", unusable)
     if print_only:
         print(_printed(wanted, fresh_install_plan(manager, context.uid, wanted.path), context))
         return EXIT_OK
@@ -113,8 +130,9 @@ def install(context: Context, *, print_only: bool = False) -> int:
 
 
 def _refusal(context: Context, manager: Manager, command: str) -> str | None:
-    """Why `command` must not run here at all: as root for a user."""
-    return service_checks.root_problem(
+    """Why `command` must not run here at all: as root for a user, or (install) from a
+    CLI the service could not keep starting."""
+    refused = service_checks.root_problem(
         manager,
         context.uid,
         context.home_owner,
@@ -123,6 +141,29 @@ def _refusal(context: Context, manager: Manager, command: str) -> str | None:
         context.cli,
         command,
     )
+    if refused is not None or command != "install":
+        return refused
+    resolved = os.path.realpath(context.cli[0])
+    stable = context.which(service_files.CLI_NAME)
+    refused = service_checks.ephemeral_problem(context.cli, context.environ, resolved, stable)
+    if refused is not None:
+        return refused
+    environment = {
+        "PATH": os.defpath,
+        "HOME": str(context.home),
+        **dict(service_files.passed_environment(context.environ)),
+    }
+    started = context.starts((*context.cli, "--version"), environment)
+    return service_checks.start_problem(context.cli, started, context.source)
+
+
+def _unusable(context: Context) -> str | None:
+    """Why the guardian could not use the registry this environment names (it would
+    only wait for it). Read only: the guardian makes it."""
+    registry, problem = Registry.open(settings.registry_dir(context.environ), create=False)
+    if registry is None and problem is not None:
+        return f"the guardian could not use its registry: {problem}; {service_status.REGISTRY_FIX}"
+    return None
 
 
 def uninstall(context: Context) -> int:
@@ -256,7 +297,7 @@ def _printed(wanted: ServiceFile, plan: Plan, context: Context) -> str:
             "# then, where nothing is installed yet:",
             *(shlex.join(command) for command in plan.commands),
             f"# {_environment_line(wanted, context)}",
-            "# (--print: nothing was written or run)",
+            "# (--print: nothing was written, and no command above was run)",
         ]
     )
 
@@ -273,6 +314,12 @@ def _user_name(uid: int) -> str | None:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
+
+
+def _source() -> str:
+    """This checkout, when the package runs from one; else the package's name."""
+    checkout = Path(__file__).resolve().parents[2]
+    return str(checkout) if (checkout / "pyproject.toml").is_file() else service_files.CLI_NAME
 
 
 def _no_manager(context: Context) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
@@ -165,7 +165,15 @@ def _launchd_loaded(run: Run, domain: str) -> bool:
     return run(("launchctl", "print", f"{domain}/{LABEL}")).returncode == 0
 
 
-def run_command(command: Command) -> Completed:
+def started_as_service(command: Command, environment: Mapping[str, str]) -> Completed:
+    """`command` run as launchd and systemd run the guardian: from /, with `environment`
+    only (none of this shell's PYTHONPATH or virtualenv)."""
+    return run_command(command, cwd="/", env=environment)
+
+
+def run_command(
+    command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> Completed:
     """The real runner: a command to its end, its output together (never raises)."""
     try:
         done = subprocess.run(
@@ -175,6 +183,8 @@ def run_command(command: Command) -> Completed:
             text=True,
             timeout=TIMEOUT_SECONDS,
             check=False,
+            cwd=cwd,
+            env=None if env is None else dict(env),
         )
     except FileNotFoundError:
         return Completed(127, f"{command[0]}: not found")

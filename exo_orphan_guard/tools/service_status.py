@@ -27,6 +27,10 @@ NAME: Final = "guardian"
 INSTALL: Final = "exo-orphan-guard service install"
 STATUS: Final = "exo-orphan-guard service status"
 SCHEMA: Final = "exo-orphan-guard/service-status/1"
+REGISTRY_FIX: Final = (
+    "fix the registry's owner and mode (yours, 700), or set EXO_ORPHAN_GUARD_DIR to a "
+    "directory of your own and install again"
+)
 
 
 @final

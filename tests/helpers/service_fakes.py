@@ -110,6 +110,7 @@ def context_for(
     uid: int = UID,
     home_owner: int | None = UID,
     cli: tuple[str, ...] = CLI,
+    starts: Callable[[Command, Mapping[str, str]], Completed] | None = None,
 ) -> service.Context:
     return service.Context(
         manager=manager,
@@ -122,6 +123,8 @@ def context_for(
         cli=cli,
         run=fake,
         which=which,
+        starts=starts or (lambda command, environment: Completed(0, "exo-orphan-guard 0.1.0")),
+        source="/src/exo-orphan-guard",
     )
 
 
