@@ -155,7 +155,11 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         help="the guardian itself, until stopped",
         description="End the runners of every exo process of this user that dies, from "
         "outside exo, until stopped. One per user per machine: a second waits for the "
-        "first to let go.",
+        "first to let go. Exit codes: 0 stopped (SIGTERM, SIGINT, SIGHUP), left when idle "
+        "(--leave-when-idle), or left to another guardian (--mode worker); 2 the registry "
+        "cannot be used (one line says why). With --mode service it never exits for that: "
+        "it says why once and waits for the registry, re-checking, since launchd and "
+        "systemd would restart it forever (`service status` shows it waiting).",
     )
     run.add_argument(
         "--mode",
@@ -208,7 +212,10 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
     status = actions.add_parser(
         "status",
         help="installed or not, running or not, and what it has ended since boot",
-        description="Exit codes: 0 the guardian runs, 1 it does not.",
+        description="Whether the guardian is installed and runs, why not (no registry "
+        "yet, one it cannot use and waits for, no guardian.json, one naming a process that "
+        "is gone), and what it ended since boot. Exit "
+        "codes: 0 the guardian runs, 1 it does not (waiting for its registry included).",
     )
     status.add_argument("--json", action="store_true")
 

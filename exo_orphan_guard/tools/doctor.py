@@ -27,7 +27,14 @@ from ..sweeper.process_table import ProcessInfo
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.process_facts import WiredMemory
-from . import bounds_check, hard_kills, rdma_ports, service_files, service_status, stranded_memory
+from . import (
+    bounds_check,
+    hard_kills,
+    rdma_ports,
+    service_files,
+    service_status,
+    stranded_memory,
+)
 from .check import Check
 
 STUCK_READS: Final = 3
@@ -123,12 +130,14 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         else tuple(endings.read(registry.path / endings.ENDINGS_NAME, table.boot_id))
     )
     manager = service_files.manager_for(sys.platform)
+    installed = service_status.installed_here(manager, Path.home(), os.environ)
     guardian = service_status.read(
         manager,
-        service_status.installed_here(manager, Path.home(), os.environ),
+        installed,
         None if registry is None else registry.path,
         table.boot_id,
         seen,
+        registry_problem=problem,
     )
     return NodeFacts(
         toggle=settings.guard_enabled(),

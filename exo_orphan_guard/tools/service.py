@@ -235,11 +235,13 @@ def gather_status(context: Context) -> StatusReport:
         problem = session_problem(manager, context.run, context.which)
         job = ask_job(manager, context.uid, context.run) if problem is None else None
         logs = JOURNAL if manager == "systemd" else str(service_disk.installed_log(installed))
-    registry, _ = Registry.open(settings.registry_dir(context.environ), create=False)
+    registry, unusable = Registry.open(settings.registry_dir(context.environ), create=False)
     boot_id = system.boot_id()
     seen = [] if registry is None else endings.read(registry.path / endings.ENDINGS_NAME, boot_id)
     directory = None if registry is None else registry.path
-    facts = service_status.read(manager, installed, directory, boot_id, seen)
+    facts = service_status.read(
+        manager, installed, directory, boot_id, seen, registry_problem=unusable
+    )
     return StatusReport(facts, file_state, job, problem, logs)
 
 

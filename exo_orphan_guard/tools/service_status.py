@@ -3,7 +3,10 @@ installed, whether it runs, and what it has ended since boot.
 
 It runs when `guardian.json` in the registry's host directory names a live process of
 this boot (`guardian_state.running`: pid and start, never the pid alone); its lock
-alone, held without a state file, is a guardian starting, not one running yet.
+alone, held without a state file, is a guardian starting, not one running yet. One
+that does not run is told apart by what is there: no registry, a registry it cannot
+use (an installed guardian then waits for it, guarding nothing), no `guardian.json`,
+or one naming a process that is gone.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ REGISTRY_FIX: Final = (
     "fix the registry's owner and mode (yours, 700), or set EXO_ORPHAN_GUARD_DIR to a "
     "directory of your own and install again"
 )
+RECHECKS: Final = "re-checks it every minute at most, and guards once it can use it"
+WAITING: Final = f"an installed guardian waits for it, guarding nothing, {RECHECKS}"
 
 
 @final
@@ -46,6 +51,14 @@ class GuardianFacts:
     """The registry's host directory, where the guardian keeps its lock and state."""
     ended: tuple[Ending, ...]
     """The guardian's own `ended` lines since boot, one per runner."""
+    registry_problem: str | None = None
+    """Why the registry cannot be used (then `directory` is None)."""
+    last: GuardianState | None = None
+    """What `guardian.json` says, the process alive or not."""
+    state_file: bool = False
+    """Whether there is a `guardian.json` at all."""
+    boot_id: str = ""
+    """This boot's (what `last` is told apart by)."""
 
 
 @final
@@ -72,8 +85,11 @@ def read(
     directory: Path | None,
     boot_id: str,
     seen: Sequence[Ending],
+    *,
+    registry_problem: str | None = None,
 ) -> GuardianFacts:
     """The facts, from this boot's endings (`seen`) and the files in `directory`."""
+    state_file = directory is not None and (directory / guardian_state.STATE_NAME).exists()
     return GuardianFacts(
         manager=manager,
         installed=installed,
@@ -81,6 +97,10 @@ def read(
         lock_held=False if directory is None else guardian_state.is_held(directory),
         directory=directory,
         ended=ended_by_guardian(seen),
+        registry_problem=registry_problem,
+        last=None if directory is None else guardian_state.read_state(directory),
+        state_file=state_file,
+        boot_id=boot_id,
     )
 
 
@@ -123,6 +143,10 @@ def check(facts: GuardianFacts) -> Check:
     if facts.running is not None:
         keep = None if facts.installed is not None or facts.manager is None else INSTALL
         return Check(NAME, "OK", f"{_running(facts.running)}; {ended}", keep, figures)
+    if facts.registry_problem is not None:
+        waits = f"; {WAITING}" if facts.installed is not None else ""
+        detail = f"not guarding: it cannot use the registry ({facts.registry_problem}){waits}"
+        return Check(NAME, "WARN", detail, REGISTRY_FIX, figures)
     starting = "; a process holds its lock, starting" if facts.lock_held else ""
     if facts.installed is not None:
         detail = f"installed ({facts.installed}) but not running{starting}; {ended}"
@@ -138,17 +162,39 @@ def render(report: StatusReport) -> str:
     lines = [f"installed: {_installed(report)}"]
     if facts.running is not None:
         lines.append(f"running:   yes, {_running(facts.running)}")
-    elif facts.directory is None:
-        lines.append("running:   no (no registry here yet: no guardian has run)")
     else:
-        held = "; a process holds its lock, starting" if facts.lock_held else ""
-        state = facts.directory / guardian_state.STATE_NAME
-        lines.append(f"running:   no ({state} names no live guardian{held})")
+        lines.append(f"running:   no ({_not_running(facts)})")
+        if facts.registry_problem is not None and report.job is not None and report.job.active:
+            waits = f"its service is up: the guardian waits for it, guarding nothing, {RECHECKS}"
+            lines.append(f"waiting:   {waits}")
     lines.append(f"ended:     {endings_summary(facts.ended)}")
     if facts.running is None:
-        advice = f"-> {INSTALL}" if facts.installed is None else f"-> its log: {report.logs}"
-        lines.append(advice if facts.manager is not None else "-> exo-orphan-guard service run")
+        if facts.registry_problem is not None:
+            lines.append(f"-> {REGISTRY_FIX}")
+        elif facts.manager is None:
+            lines.append("-> exo-orphan-guard service run")
+        else:
+            advice = f"-> {INSTALL}" if facts.installed is None else f"-> its log: {report.logs}"
+            lines.append(advice)
     return "\n".join(lines)
+
+
+def _not_running(facts: GuardianFacts) -> str:
+    held = "; a process holds its lock, starting" if facts.lock_held else ""
+    if facts.registry_problem is not None:
+        return f"it cannot use the registry: {facts.registry_problem}"
+    if facts.directory is None:
+        return "no registry here yet: no guardian has run"
+    state = facts.directory / guardian_state.STATE_NAME
+    if not facts.state_file:
+        return (
+            f"no {state}: none runs, and none has since it was made or the last one stopped{held}"
+        )
+    if facts.last is None:
+        return f"{state} cannot be read or is not to be trusted{held}"
+    if facts.last.boot_id != facts.boot_id:
+        return f"{state} is from an earlier boot: none has run since this one{held}"
+    return f"{state} names pid {facts.last.pid}, which is gone: it was killed, or it crashed{held}"
 
 
 def to_json(report: StatusReport) -> str:
@@ -173,6 +219,7 @@ def to_json(report: StatusReport) -> str:
         },
         "lock_held": facts.lock_held,
         "directory": None if facts.directory is None else str(facts.directory),
+        "registry_problem": facts.registry_problem,
         "ended": {
             "runners": len(facts.ended),
             "clean": sum(e.how == "clean" for e in facts.ended),
