@@ -1,6 +1,7 @@
 """Months unattended: a guardian run as a service waits for a registry it cannot use
 instead of exiting into launchd's or systemd's restart loop (a real `service run`), and
-`service status` says why it guards nothing."""
+`service status` says why it guards nothing; systemd lingering, off, is said by
+`install` and `status` (loginctl faked)."""
 
 from __future__ import annotations
 
@@ -147,3 +148,48 @@ def test_status_says_no_guardian_json_for_what_it_is(
         f"running:   no (no {registry.path / 'guardian.json'}: none runs, and none has since "
         "it was made or the last one stopped)"
     )
+
+
+def test_install_and_status_say_when_lingering_is_off(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeManager(home, linger=False)
+    context = context_for("systemd", fake)
+    assert service.install(context) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[-2:] == [
+        service_status.LINGER_OFF,
+        "keep it running: sudo loginctl enable-linger $USER",
+    ]
+    assert service.install(context) == 0  # nothing to do, and still said
+    assert capsys.readouterr().out.splitlines()[-2] == service_status.LINGER_OFF
+    assert service.status(context) == 1
+    said = capsys.readouterr().out.splitlines()
+    assert said[1] == f"lingering: off: {service_status.LINGER_MEANS}"
+    assert said[-1] == "-> sudo loginctl enable-linger $USER"
+    assert service.status(context, as_json=True) == 1
+    assert json.loads(capsys.readouterr().out)["linger"] is False
+
+
+@pytest.mark.parametrize("linger", [True, None])
+def test_lingering_on_or_unknown_is_not_mentioned(
+    home: Path, linger: bool | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeManager(home, linger=linger)
+    context = context_for("systemd", fake)
+    assert service.install(context) == 0
+    assert service.status(context) == 1
+    said = capsys.readouterr().out
+    assert "lingering is off" not in said and "enable-linger" not in said
+
+
+def test_launchd_is_never_asked_about_lingering(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeManager(home, linger=False)
+    context = context_for("launchd", fake)
+    assert service.install(context) == 0
+    assert service.status(context) == 1
+    said = capsys.readouterr().out
+    assert "lingering is off" not in said and "enable-linger" not in said
+    assert not [call for call in fake.calls if call[0] == "loginctl"]

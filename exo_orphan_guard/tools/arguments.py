@@ -189,7 +189,8 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "(~/.config/systemd/user) that runs `service run --mode service`, with the "
         "guardian's settings set here (EXO_HOME, XDG_CACHE_HOME, EXO_ORPHAN_GUARD_DIR, "
         "_GRACE, _BUSY_WAIT, _SCAN_INTERVAL, _BACKEND) written into it, then load and start "
-        "it. Run it as the user it guards, never with sudo. Exit codes: 0 "
+        "it; on Linux, say if systemd lingering is off (the guardian then stops at your "
+        "last logout). Run it as the user it guards, never with sudo. Exit codes: 0 "
         "installed and running (or already); 1 not done, one line says why: run as root "
         "for a user, a CLI in a cache (uvx, pipx run) or one that does not start from / "
         "(an uninstalled checkout), a registry the guardian could not use, no launchctl or "
@@ -214,7 +215,7 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         help="installed or not, running or not, and what it has ended since boot",
         description="Whether the guardian is installed and runs, why not (no registry "
         "yet, one it cannot use and waits for, no guardian.json, one naming a process that "
-        "is gone), and what it ended since boot. Exit "
+        "is gone), whether systemd lingering is off, and what it ended since boot. Exit "
         "codes: 0 the guardian runs, 1 it does not (waiting for its registry included).",
     )
     status.add_argument("--json", action="store_true")

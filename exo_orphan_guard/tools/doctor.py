@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from . import (
     bounds_check,
     hard_kills,
     rdma_ports,
+    service_control,
     service_files,
     service_status,
     stranded_memory,
@@ -138,6 +140,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         table.boot_id,
         seen,
         registry_problem=problem,
+        linger=_linger(manager, installed),
     )
     return NodeFacts(
         toggle=settings.guard_enabled(),
@@ -158,6 +161,13 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         grace=settings.grace_setting(),
         busy_wait=settings.busy_wait_setting(),
     )
+
+
+def _linger(manager: service_files.Manager | None, installed: Path | None) -> bool | None:
+    """Asked only of an installed systemd unit: only it stops at the last logout."""
+    if manager != "systemd" or installed is None:
+        return None
+    return service_control.lingering(os.getuid(), service_control.run_command, shutil.which)
 
 
 def assess(facts: NodeFacts) -> list[Check]:

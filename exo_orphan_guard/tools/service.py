@@ -35,6 +35,7 @@ from .service_control import (
     ask_job,
     fresh_install_plan,
     install_plan,
+    lingering,
     run_command,
     run_commands,
     session_problem,
@@ -119,6 +120,7 @@ def install(context: Context, *, print_only: bool = False) -> int:
     )
     if plan == Plan((), "keep", ()):
         print(f"already installed and running: {wanted.path} (nothing to do)")
+        _say(_linger_lines(context))
         return EXIT_OK
     lines: list[str] = []
     failure = _carry_out(plan, wanted, context.run, lines)
@@ -126,6 +128,7 @@ def install(context: Context, *, print_only: bool = False) -> int:
     if failure:
         return _cannot("install", failure)
     print(_installed_lines(wanted, context))
+    _say(_linger_lines(context))
     return EXIT_OK
 
 
@@ -230,17 +233,19 @@ def gather_status(context: Context) -> StatusReport:
         "absent" if wanted is None else service_disk.file_state(wanted.path, wanted.text)
     )
     installed = None if wanted is None or file_state == "absent" else wanted.path
-    job, problem, logs = None, None, None
+    job, problem, logs, linger = None, None, None, None
     if manager is not None and installed is not None:
         problem = session_problem(manager, context.run, context.which)
         job = ask_job(manager, context.uid, context.run) if problem is None else None
         logs = JOURNAL if manager == "systemd" else str(service_disk.installed_log(installed))
+        if manager == "systemd" and problem is None:
+            linger = lingering(context.uid, context.run, context.which)
     registry, unusable = Registry.open(settings.registry_dir(context.environ), create=False)
     boot_id = system.boot_id()
     seen = [] if registry is None else endings.read(registry.path / endings.ENDINGS_NAME, boot_id)
     directory = None if registry is None else registry.path
     facts = service_status.read(
-        manager, installed, directory, boot_id, seen, registry_problem=unusable
+        manager, installed, directory, boot_id, seen, registry_problem=unusable, linger=linger
     )
     return StatusReport(facts, file_state, job, problem, logs)
 
@@ -302,6 +307,17 @@ def _printed(wanted: ServiceFile, plan: Plan, context: Context) -> str:
             "# (--print: nothing was written, and no command above was run)",
         ]
     )
+
+
+def _linger_lines(context: Context) -> list[str]:
+    if context.manager != "systemd":
+        return []
+    if lingering(context.uid, context.run, context.which) is not False:
+        return []
+    return [
+        f"{service_status.LINGER_OFF}",
+        f"keep it running: {service_status.ENABLE_LINGER}",
+    ]
 
 
 def _owner(path: Path) -> int | None:

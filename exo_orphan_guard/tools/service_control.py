@@ -5,7 +5,8 @@ injected command runner (tests give a fake one, and a fake `which`).
 launchd: `launchctl enable` then `bootstrap` into the user's GUI domain (`gui/<uid>`;
 `user/<uid>` where no one is logged in at the screen, over ssh), `bootout` to stop, as
 `brew services` does. systemd: a user unit, `daemon-reload` and `enable --now`;
-`disable --now` to stop.
+`disable --now` to stop; `loginctl` says whether the user's manager outlives the
+user's last session (lingering).
 """
 
 from __future__ import annotations
@@ -137,6 +138,20 @@ def ask_job(manager: Manager, uid: int, run: Run) -> Job:
     enabled = run(_unit("is-enabled")).output.strip() == "enabled"
     active = run(_unit("is-active")).output.strip() == "active"
     return Job(enabled, active, "systemd --user")
+
+
+def lingering(uid: int, run: Run, which: Which) -> bool | None:
+    """Whether systemd-logind keeps this user's manager (and so the guardian's unit)
+    running after the user's last session ends; None: cannot tell."""
+    if which("loginctl") is None:
+        return None
+    said = run(("loginctl", "show-user", str(uid), "--property=Linger"))
+    if said.returncode != 0:
+        return None
+    for line in said.output.splitlines():
+        if line.strip() in ("Linger=yes", "Linger=no"):
+            return line.strip() == "Linger=yes"
+    return None
 
 
 def run_commands(commands: Sequence[Command], run: Run, on_ran: Callable[[Command], None]) -> str:

@@ -6,7 +6,8 @@ this boot (`guardian_state.running`: pid and start, never the pid alone); its lo
 alone, held without a state file, is a guardian starting, not one running yet. One
 that does not run is told apart by what is there: no registry, a registry it cannot
 use (an installed guardian then waits for it, guarding nothing), no `guardian.json`,
-or one naming a process that is gone.
+or one naming a process that is gone. On Linux, whether systemd keeps the user's
+manager after the last logout (lingering) says whether an installed guardian does.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ NAME: Final = "guardian"
 INSTALL: Final = "exo-orphan-guard service install"
 STATUS: Final = "exo-orphan-guard service status"
 SCHEMA: Final = "exo-orphan-guard/service-status/1"
+ENABLE_LINGER: Final = "sudo loginctl enable-linger $USER"
+LINGER_MEANS: Final = (
+    "systemd stops the guardian when the user's last session ends (logout, the last ssh) "
+    "and starts it at the next login, while an exo started in tmux or under nohup runs "
+    "on, unguarded"
+)
+LINGER_OFF: Final = f"systemd lingering is off for this user: {LINGER_MEANS}"
 REGISTRY_FIX: Final = (
     "fix the registry's owner and mode (yours, 700), or set EXO_ORPHAN_GUARD_DIR to a "
     "directory of your own and install again"
@@ -59,6 +67,9 @@ class GuardianFacts:
     """Whether there is a `guardian.json` at all."""
     boot_id: str = ""
     """This boot's (what `last` is told apart by)."""
+    linger: bool | None = None
+    """systemd: whether the user's manager outlives the last session; None: not
+    systemd, or not known."""
 
 
 @final
@@ -87,6 +98,7 @@ def read(
     seen: Sequence[Ending],
     *,
     registry_problem: str | None = None,
+    linger: bool | None = None,
 ) -> GuardianFacts:
     """The facts, from this boot's endings (`seen`) and the files in `directory`."""
     state_file = directory is not None and (directory / guardian_state.STATE_NAME).exists()
@@ -101,6 +113,7 @@ def read(
         last=None if directory is None else guardian_state.read_state(directory),
         state_file=state_file,
         boot_id=boot_id,
+        linger=linger,
     )
 
 
@@ -138,9 +151,15 @@ def check(facts: GuardianFacts) -> Check:
         "pid": None if facts.running is None else facts.running.pid,
         "ended": len(facts.ended),
         "killed": sum(ending.how == "killed" for ending in facts.ended),
+        "linger": facts.linger,
     }
     ended = f"ended {endings_summary(facts.ended)}"
+    linger_off = facts.installed is not None and facts.linger is False
+    linger = f"; {LINGER_OFF}" if linger_off else ""
     if facts.running is not None:
+        if linger_off:
+            detail = f"{_running(facts.running)}; {ended}{linger}"
+            return Check(NAME, "WARN", detail, ENABLE_LINGER, figures)
         keep = None if facts.installed is not None or facts.manager is None else INSTALL
         return Check(NAME, "OK", f"{_running(facts.running)}; {ended}", keep, figures)
     if facts.registry_problem is not None:
@@ -149,7 +168,7 @@ def check(facts: GuardianFacts) -> Check:
         return Check(NAME, "WARN", detail, REGISTRY_FIX, figures)
     starting = "; a process holds its lock, starting" if facts.lock_held else ""
     if facts.installed is not None:
-        detail = f"installed ({facts.installed}) but not running{starting}; {ended}"
+        detail = f"installed ({facts.installed}) but not running{starting}; {ended}{linger}"
         return Check(NAME, "WARN", detail, f"{STATUS} (says why, and where its log is)", figures)
     if facts.manager is None:
         detail = f"not running{starting}; no launchd or systemd here to keep one running"
@@ -160,6 +179,8 @@ def check(facts: GuardianFacts) -> Check:
 def render(report: StatusReport) -> str:
     facts = report.facts
     lines = [f"installed: {_installed(report)}"]
+    if facts.linger is False and facts.installed is not None:
+        lines.append(f"lingering: off: {LINGER_MEANS}")
     if facts.running is not None:
         lines.append(f"running:   yes, {_running(facts.running)}")
     else:
@@ -176,6 +197,8 @@ def render(report: StatusReport) -> str:
         else:
             advice = f"-> {INSTALL}" if facts.installed is None else f"-> its log: {report.logs}"
             lines.append(advice)
+    if facts.linger is False and facts.installed is not None:
+        lines.append(f"-> {ENABLE_LINGER}")
     return "\n".join(lines)
 
 
@@ -220,6 +243,7 @@ def to_json(report: StatusReport) -> str:
         "lock_held": facts.lock_held,
         "directory": None if facts.directory is None else str(facts.directory),
         "registry_problem": facts.registry_problem,
+        "linger": facts.linger,
         "ended": {
             "runners": len(facts.ended),
             "clean": sum(e.how == "clean" for e in facts.ended),

@@ -24,7 +24,7 @@ ENVIRON = {
 }
 PLIST = f"Library/LaunchAgents/{LABEL}.plist"
 UNIT = f".config/systemd/user/{UNIT_NAME}"
-QUERIES = ("print", "is-enabled", "is-active", "is-system-running")
+QUERIES = ("print", "is-enabled", "is-active", "is-system-running", "show-user")
 
 
 @dataclass
@@ -38,6 +38,8 @@ class FakeManager:
     enabled: bool = False
     fail: str = ""
     """A subcommand that fails as launchd fails it."""
+    linger: bool | None = True
+    """What loginctl says of the user's lingering (None: it cannot tell)."""
     calls: list[Command] = field(default_factory=list[Command])
 
     @property
@@ -50,7 +52,15 @@ class FakeManager:
             return Completed(5, f"{self.fail} failed: 5: Input/output error")
         if command[0] == "launchctl":
             return self._launchctl(command[1:])
+        if command[0] == "loginctl":
+            return self._loginctl(command[1:])
         return self._systemctl(command[2:])
+
+    def _loginctl(self, words: tuple[str, ...]) -> Completed:
+        assert words == ("show-user", str(UID), "--property=Linger"), words
+        if self.linger is None:
+            return Completed(1, "Failed to connect to bus: No such file or directory")
+        return Completed(0, f"Linger={'yes' if self.linger else 'no'}")
 
     def _launchctl(self, words: tuple[str, ...]) -> Completed:
         match words:
