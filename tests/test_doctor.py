@@ -216,6 +216,7 @@ def test_the_guardian_line_says_whether_it_runs_and_what_to_run_next() -> None:
         "pid": 4242,
         "ended": 1,
         "killed": 1,
+        "linger": None,
     }
     by_hand = _guardian_line(installed=None)
     assert by_hand.status == "OK" and by_hand.next_step == "exo-orphan-guard service install"
@@ -233,6 +234,29 @@ def test_the_guardian_line_says_whether_it_runs_and_what_to_run_next() -> None:
     assert elsewhere.status == "WARN" and elsewhere.next_step == "exo-orphan-guard service run"
 
 
+def test_the_guardian_line_says_it_waits_for_a_registry_it_cannot_use() -> None:
+    problem = "orphan registry /r is writable by others (mode 777): refusing to use it"
+    waiting = _guardian_line(running=None, directory=None, registry_problem=problem)
+    assert waiting.status == "WARN" and waiting.next_step == service_status.REGISTRY_FIX
+    assert waiting.detail == (
+        f"not guarding: it cannot use the registry ({problem}); {service_status.WAITING}"
+    )
+    by_hand = _guardian_line(running=None, directory=None, registry_problem=problem, installed=None)
+    assert by_hand.detail == f"not guarding: it cannot use the registry ({problem})"
+
+
+def test_the_guardian_line_says_when_lingering_is_off() -> None:
+    lingering = _guardian_line(linger=False)
+    assert lingering.status == "WARN" and lingering.next_step == service_status.ENABLE_LINGER
+    assert lingering.detail.endswith(f"; {service_status.LINGER_OFF}")
+    assert lingering.figures["linger"] is False
+    assert _guardian_line(linger=None).status == "OK"
+    by_hand = _guardian_line(linger=False, installed=None)  # nothing for systemd to stop
+    assert by_hand.status == "OK" and service_status.LINGER_OFF not in by_hand.detail
+    stopped = _guardian_line(running=None, linger=False)
+    assert stopped.detail.endswith(service_status.LINGER_OFF)
+
+
 def test_doctor_on_this_machine_finds_a_real_guardian_and_its_stale_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,3 +269,19 @@ def test_doctor_on_this_machine_finds_a_real_guardian_and_its_stale_state(
         assert line.next_step == "exo-orphan-guard service install"
     (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
     assert (line.status, line.detail) == ("WARN", "not installed, not running")
+
+
+def test_doctor_on_this_machine_says_the_guardian_cannot_use_the_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "registry"
+    base.mkdir()
+    base.chmod(0o777)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(settings.DIR_ENV, str(base))
+    (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
+    assert line.status == "WARN" and line.next_step == service_status.REGISTRY_FIX
+    assert line.detail.startswith(
+        f"not guarding: it cannot use the registry (orphan registry {base} is writable by "
+        "others (mode 777)"
+    )

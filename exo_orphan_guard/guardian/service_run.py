@@ -53,7 +53,7 @@ from ..system import boot_id, settings
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
-from . import watchlist
+from . import registry_wait, watchlist
 
 KILL_WAIT_SECONDS: Final = 2.0
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
@@ -70,15 +70,12 @@ def run(
     mode: Mode = "foreground", *, leave_when_idle: bool = False, watch: Sequence[int] = ()
 ) -> int:
     """Guard until SIGTERM, SIGINT or SIGHUP (or, `leave_when_idle`, until no exo is
-    left to watch); 0, or 2 if the registry cannot be opened. `watch`: exo processes
-    to watch before they have runners (the worker that started this guardian). Started
-    by exo's worker (`mode="worker"`), a guardian finding another one running leaves
-    at once: no supervisor restarts it, and the other one guards."""
-    base = settings.registry_dir()
-    registry, problem = Registry.open(base, create=True)
-    if registry is None:
-        say(f"cannot guard: {problem or f'no registry at {base}'}")
-        return 2
+    left to watch); 0, or 2 if the registry cannot be used. Run as a service, it waits
+    for the registry instead (`registry_wait`): launchd and systemd would restart an
+    exit forever. `watch`: exo processes to watch before they have runners (the worker
+    that started this guardian). Started by exo's worker (`mode="worker"`), a guardian
+    finding another one running leaves at once: no supervisor restarts it, and the
+    other one guards."""
     stop = threading.Event()
     wake: queue.SimpleQueue[ProcessIdentity | None] = queue.SimpleQueue()
 
@@ -90,6 +87,20 @@ def run(
 
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, stopping)
+
+    base = settings.registry_dir()
+    if mode == "service":
+        registry = registry_wait.wait_for_registry(
+            lambda: registry_wait.usable_registry(base), stop, say
+        )
+        if registry is None:
+            say("stopped")
+            return 0
+    else:
+        registry, problem = registry_wait.usable_registry(base)
+        if registry is None:
+            say(f"cannot guard: {problem}")
+            return 2
 
     def waiting() -> None:
         if mode == "worker":

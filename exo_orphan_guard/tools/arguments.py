@@ -155,7 +155,11 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         help="the guardian itself, until stopped",
         description="End the runners of every exo process of this user that dies, from "
         "outside exo, until stopped. One per user per machine: a second waits for the "
-        "first to let go.",
+        "first to let go. Exit codes: 0 stopped (SIGTERM, SIGINT, SIGHUP), left when idle "
+        "(--leave-when-idle), or left to another guardian (--mode worker); 2 the registry "
+        "cannot be used (one line says why). With --mode service it never exits for that: "
+        "it says why once and waits for the registry, re-checking, since launchd and "
+        "systemd would restart it forever (`service status` shows it waiting).",
     )
     run.add_argument(
         "--mode",
@@ -182,10 +186,16 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "install",
         help="have launchd (macOS) or systemd (Linux) keep the guardian running",
         description="Write a LaunchAgent (~/Library/LaunchAgents) or a systemd user unit "
-        "(~/.config/systemd/user) that runs `service run --mode service`, with EXO_HOME and "
-        "the EXO_ORPHAN_GUARD_* settings set here written into it, then load and start it. "
-        "Exit codes: 0 installed and running (or already), 1 not done (one line says why: "
-        "no launchctl or systemctl, no user session, a command that failed).",
+        "(~/.config/systemd/user) that runs `service run --mode service`, with the "
+        "guardian's settings set here (EXO_HOME, XDG_CACHE_HOME, EXO_ORPHAN_GUARD_DIR, "
+        "_GRACE, _BUSY_WAIT, _SCAN_INTERVAL, _BACKEND) written into it, then load and start "
+        "it; on Linux, say if systemd lingering is off (the guardian then stops at your "
+        "last logout). Run it as the user it guards, never with sudo. Exit codes: 0 "
+        "installed and running (or already); 1 not done, one line says why: run as root "
+        "for a user, a CLI in a cache (uvx, pipx run) or one that does not start from / "
+        "(an uninstalled checkout), a registry the guardian could not use, no launchctl or "
+        "systemctl, no user session, a command that failed; 2 a setting the guardian would "
+        "not take (one line each).",
     )
     install.add_argument(
         "--print",
@@ -197,12 +207,16 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "uninstall",
         help="stop the guardian's service and remove its file",
         description="Exit codes: 0 uninstalled (or nothing installed), 1 not done (one "
-        "line says why).",
+        "line says why: run as root for a user, no launchctl or systemctl, a command that "
+        "failed).",
     )
     status = actions.add_parser(
         "status",
         help="installed or not, running or not, and what it has ended since boot",
-        description="Exit codes: 0 the guardian runs, 1 it does not.",
+        description="Whether the guardian is installed and runs, why not (no registry "
+        "yet, one it cannot use and waits for, no guardian.json, one naming a process that "
+        "is gone), whether systemd lingering is off, and what it ended since boot. Exit "
+        "codes: 0 the guardian runs, 1 it does not (waiting for its registry included).",
     )
     status.add_argument("--json", action="store_true")
 

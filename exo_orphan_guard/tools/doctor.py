@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +28,15 @@ from ..sweeper.process_table import ProcessInfo
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.process_facts import WiredMemory
-from . import bounds_check, hard_kills, rdma_ports, service_files, service_status, stranded_memory
+from . import (
+    bounds_check,
+    hard_kills,
+    rdma_ports,
+    service_control,
+    service_files,
+    service_status,
+    stranded_memory,
+)
 from .check import Check
 
 STUCK_READS: Final = 3
@@ -123,12 +132,15 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         else tuple(endings.read(registry.path / endings.ENDINGS_NAME, table.boot_id))
     )
     manager = service_files.manager_for(sys.platform)
+    installed = service_status.installed_here(manager, Path.home(), os.environ)
     guardian = service_status.read(
         manager,
-        service_status.installed_here(manager, Path.home(), os.environ),
+        installed,
         None if registry is None else registry.path,
         table.boot_id,
         seen,
+        registry_problem=problem,
+        linger=_linger(manager, installed),
     )
     return NodeFacts(
         toggle=settings.guard_enabled(),
@@ -149,6 +161,13 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         grace=settings.grace_setting(),
         busy_wait=settings.busy_wait_setting(),
     )
+
+
+def _linger(manager: service_files.Manager | None, installed: Path | None) -> bool | None:
+    """Asked only of an installed systemd unit: only it stops at the last logout."""
+    if manager != "systemd" or installed is None:
+        return None
+    return service_control.lingering(os.getuid(), service_control.run_command, shutil.which)
 
 
 def assess(facts: NodeFacts) -> list[Check]:
