@@ -17,12 +17,12 @@ guardian:
    whichever ending finds them, since a scan or the start-up sweep may read the
    table after that exo died and act before its exit watch does.
 
-Each ending is a sweep without the registry's lock (`SweepRequest.locked`), in a
-thread of its own, so that a busy runner's wait never delays another exo's: an exo
-runner gets SIGINT (KeyboardInterrupt unwinds it through Python), the busy wait,
-then SIGKILL; a guarded runner (recorded) is left to its own watch until its
-deadline, as a sweep leaves it. The verdicts are the sweep's, so every never-kill
-rule holds. A target is claimed by one ending at a time.
+Each ending (`endings.end_runners`) judges as a sweep does, so every never-kill rule
+holds, and ends through the sweep's engine, in a thread of its own, so that a busy
+runner's wait never delays another exo's: an exo runner gets SIGINT on its main
+thread (KeyboardInterrupt unwinds it through Python), the busy wait, then SIGKILL; a
+guarded runner (recorded) is left to its own watch until its deadline, as a sweep
+leaves it. A target is claimed by one ending at a time.
 """
 
 from __future__ import annotations
@@ -41,24 +41,21 @@ from typing import Final, final
 
 from .._version import __version__
 from ..records import handover_marker
-from ..records.endings import How
 from ..records.guardian_state import GuardianState, Mode, clear_state, guardian_lock, write_state
 from ..records.registry import Registry
 from ..sweeper.judging import judge
-from ..sweeper.killing import KillResult
 from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
-from ..sweeper.sweeping import SweepRequest, run_sweep
-from ..sweeper.verdicts import SweepOptions
+from ..sweeper.sweep_endings import Bounds
+from ..sweeper.verdicts import Verdict
 from ..system import boot_id, settings
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
+from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
 
-KILL_WAIT_SECONDS: Final = 2.0
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
-_OPTIONS: Final = SweepOptions(fingerprint=True)
 
 
 def say(line: str) -> None:
@@ -143,10 +140,14 @@ class Guardian:
         """Runners last seen under such a process, while they live: whichever ending
         finds them once it is dead (its exit watch, a scan, the start-up sweep reading
         the table late) leaves them alone for the grace first."""
+        self._handed_deaths: dict[ProcessIdentity, float] = {}
+        """Such processes that died, with when (`time.monotonic()`): a runner one of
+        them spawned less than a scan before it died was never seen under it, but it
+        started after it, and it is found orphaned within the grace."""
         self._exit_watches: set[ProcessIdentity] = set()
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
-        self._claimed: set[ProcessIdentity] = set()
+        self._claims = Claims()
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -156,13 +157,17 @@ class Guardian:
             if warning is not None:
                 say(warning)
         self._interval = interval.value
-        self._grace = grace.value
-        self._interrupt_wait = settings.interrupt_bound(busy.value, grace.value)
+        self._bounds = Bounds(
+            grace=grace.value,
+            interrupt_wait=settings.interrupt_bound(busy.value, grace.value),
+            kill_wait=KILL_WAIT_SECONDS,
+        )
 
     def guard(self) -> None:
         say(
             f"watching for exo processes of uid {os.geteuid()} (pid {os.getpid()}, "
-            f"scan every {self._interval:g} s, SIGKILL {self._interrupt_wait:g} s after SIGINT, "
+            f"scan every {self._interval:g} s, "
+            f"SIGKILL {self._bounds.interrupt_wait:g} s after SIGINT, "
             f"registry {settings.registry_dir()})"
         )
         self._end(_FULL_SCAN, "start-up sweep")
@@ -176,13 +181,13 @@ class Guardian:
             if dead is not None:
                 runners, handover = self._forget(dead)
                 if runners:
-                    first = f"the grace ({self._grace:g} s) to take their own Shutdown, then "
+                    grace = self._bounds.grace
+                    first = f"the grace ({grace:g} s) to take their own Shutdown, then "
                     say(
                         f"exo {dead.pid} exited: ending its {len(runners)} runner(s): "
-                        f"{first if handover else ''}SIGINT"
+                        f"{first if handover and grace > 0 else ''}SIGINT"
                     )
-                    pids = [runner.pid for runner in runners]
-                    self._end(pids, f"exo {dead.pid} exited", self._grace if handover else 0.0)
+                    self._end([runner.pid for runner in runners], f"exo {dead.pid} exited")
                 handover_marker.remove(settings.registry_dir(), dead.pid)
                 next_scan = time.monotonic()  # runners started since the last scan
                 continue
@@ -204,7 +209,7 @@ class Guardian:
     def _scan(self) -> None:
         warnings: list[str] = []
         registry, _ = Registry.open(settings.registry_dir(), create=False)
-        table, verdicts = judge(registry, _OPTIONS, warnings)
+        table, verdicts = judge(registry, OPTIONS, warnings)
         named = _named(table, (*self._named, *_pid_in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
@@ -222,7 +227,6 @@ class Guardian:
             }
             new = watchlist.newly_watched(self._watched, found)
             self._watched = dict(found)
-            claimed = set(self._claimed)
             unwatched = [process for process in new if process not in self._exit_watches]
             self._exit_watches.update(unwatched)
         for process in new:
@@ -232,12 +236,13 @@ class Guardian:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
             ).start()
+        taken = self._claims.taken()
         orphans = [
             verdict.pid
             for verdict in verdicts
             if verdict.action == "kill"
             and verdict.process is not None
-            and verdict.process.identity not in claimed
+            and verdict.process.identity not in taken
         ]
         if orphans:
             self._end(orphans, "orphans found by a scan")
@@ -253,75 +258,52 @@ class Guardian:
             self._exit_watches.discard(process)
             handover = process in self._handing_over
             self._handing_over.discard(process)
+            if handover:
+                self._handed_deaths[process] = time.monotonic()
             return self._watched.pop(process, frozenset()), handover
 
-    def _end(
-        self, candidates: Collection[int] | None, why: str, handover_wait: float = 0.0
-    ) -> None:
+    def _handed_now(self, verdicts: Sequence[Verdict]) -> set[ProcessIdentity]:
+        """The targets among `verdicts` that hand themselves exo's own Shutdown: seen
+        under a process whose hooks do, or started after one that died less than the
+        grace ago (spawned too late to be seen: the grace first only delays it)."""
+        now = time.monotonic()
+        with self._lock:
+            self._handed_deaths = {
+                process: died
+                for process, died in self._handed_deaths.items()
+                if now - died < self._bounds.grace
+            }
+            handed = set(self._handed)
+            recent = list(self._handed_deaths)
+        for verdict in verdicts:
+            process = verdict.process
+            if verdict.action != "kill" or process is None:
+                continue
+            if any(process.started >= died.started for died in recent):
+                handed.add(process.identity)
+        return handed
+
+    def _end(self, candidates: Collection[int] | None, why: str) -> None:
         """End what the sweep's verdicts mark among `candidates` (None: every process),
-        in a thread of its own; `handover_wait`: see `SweepRequest`."""
+        in a thread of its own."""
         if candidates is not None and not candidates:
             return
         thread = threading.Thread(
-            target=self._ending,
-            args=(candidates, why, handover_wait),
+            target=end_runners,
+            args=(candidates, why),
+            kwargs={
+                "bounds": self._bounds,
+                "claims": self._claims,
+                "handed": self._handed_now,
+                "stop": self._stop,
+                "say": say,
+            },
             name="ending",
             daemon=True,
         )
         with self._lock:
             self._endings.append(thread)
         thread.start()
-
-    def _ending(self, candidates: Collection[int] | None, why: str, handover_wait: float) -> None:
-        mine: list[ProcessIdentity] = []
-
-        def claim(targets: Sequence[ProcessIdentity]) -> Collection[ProcessIdentity]:
-            with self._lock:
-                free = [target for target in targets if target not in self._claimed]
-                handed: list[ProcessIdentity] = []
-                if handover_wait <= 0 < self._grace:
-                    handed = [target for target in free if target in self._handed]
-                    free = [target for target in free if target not in handed]
-                self._claimed.update(free)
-            mine.extend(free)
-            if handed:  # an ending of its own, with the grace first
-                pids = [target.pid for target in handed]
-                self._end(pids, f"{why}: runners handed their own Shutdown", self._grace)
-            return free
-
-        request = SweepRequest(
-            options=_OPTIONS,
-            dry_run=False,
-            registry_dir=None,
-            grace=self._grace,
-            kill_wait=KILL_WAIT_SECONDS,
-            lock_timeout=0.0,
-            on_wait=say,
-            stop=self._stop,
-            interrupt_wait=self._interrupt_wait,
-            by="guardian",
-            locked=False,
-            candidates=None if candidates is None else frozenset(candidates),
-            claim=claim,
-            handover_wait=handover_wait,
-        )
-        try:
-            report = run_sweep(request, [], time.monotonic())
-            for warning in report.warnings:
-                say(f"{why}: {warning}")
-            for result in report.results:
-                say(f"{why}: {describe(result)}")
-        finally:
-            with self._lock:
-                self._claimed.difference_update(mine)
-
-
-def describe(result: KillResult) -> str:
-    how: How | None = result.ended
-    if result.outcome == "unkillable":
-        return f"runner {result.target.pid} survived SIGKILL: {result.advice}"
-    by = result.last_signal or "no signal"
-    return f"runner {result.target.pid} ended {how} ({', '.join(result.signals) or by})"
 
 
 def _pid_in_pidfile() -> tuple[int, ...]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import ending_hazards, exo_runner, native_calls, notice_blockers
+from . import ending_hazards, exo_runner, native_calls, notice_blockers, runner_threads
 from .notes import RunnerNotes
 
 RunnerKind = Literal[
@@ -66,6 +66,7 @@ RunnerKind = Literal[
     "exoeval",
     "exofull",
     "wedged",
+    "threads",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -106,7 +107,8 @@ interrupts. dumpslow: as dumpsread, its dumps stuck in a full pipe for a while a
 its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms at a
 time. maskedsleep: the same mask, one long sleep
 (`notice_blockers`). exoidle, exoload, exoeval, exofull: exo-shaped (`exo_runner`). wedged:
-as gil, with SIGINT blocked too: what only SIGKILL ends."""
+as gil, with SIGINT blocked too: what only SIGKILL ends. threads: waits for its next
+task as exo main's runner does, among threads (`runner_threads`)."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 Watch = Literal["guard", "exo", "pr2205", "none"]
 """exo: guarded as exo's patched entrypoint guards its runners (`exo_runner`)."""
@@ -224,6 +226,8 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
         native_calls.hold_the_gil_in_native_code()
     if kind == "wedged":
         native_calls.wedge_in_native_code()
+    if kind == "threads":
+        runner_threads.wait_for_a_task_among_threads(note)
     if kind == "mlxbusy":
         native_calls.one_long_eval_after_another(note)
     if kind == "slowsink":

@@ -9,7 +9,7 @@ from typing import Final
 
 from ..records.endings import Ending
 from ..system.process_facts import MemoryUsage
-from .killing import KillResult
+from .engine import KillResult
 from .process_table import ProcessInfo
 from .sweep_report import SweepReport
 from .verdicts import Verdict

@@ -85,7 +85,6 @@ def _sweep(arguments: argparse.Namespace, command: str) -> int:
             all_users=arguments.all_users,
             wait_for_endings=not now,
             on_wait=_say_on_stderr,
-            interrupt=True,
         )
     except ValueError as error:
         raise UsageError(str(error)) from error
