@@ -31,7 +31,6 @@ import contextlib
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -53,14 +52,10 @@ from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
+from .log import say
 
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
-
-
-def say(line: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    print(f"{stamp} exo-orphan-guard guardian: {line}", file=sys.stderr, flush=True)
 
 
 def run(
