@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.guardian.service_run import read_pidfile
+from exo_orphan_guard.guardian.pidfile import read_pidfile
 from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched
 from exo_orphan_guard.records import handover_marker
 from exo_orphan_guard.sweeper.process_table import ProcessInfo

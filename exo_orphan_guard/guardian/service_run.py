@@ -27,14 +27,12 @@ leaves it. A target is claimed by one ending at a time.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import signal
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import Final, final
 
@@ -53,6 +51,7 @@ from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
 from .log import say
+from .pidfile import PidfileReader
 
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
@@ -143,6 +142,8 @@ class Guardian:
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
         self._claims = Claims()
+        self._pidfile = PidfileReader(settings.exo_pidfile())
+        self._pidfile_hangs = False
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -205,7 +206,7 @@ class Guardian:
         warnings: list[str] = []
         registry, _ = Registry.open(settings.registry_dir(), create=False)
         table, verdicts = judge(registry, OPTIONS, warnings)
-        named = _named(table, (*self._named, *_pid_in_pidfile()))
+        named = _named(table, (*self._named, *self._in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
         base = settings.registry_dir()
@@ -241,6 +242,20 @@ class Guardian:
         ]
         if orphans:
             self._end(orphans, "orphans found by a scan")
+
+    def _in_pidfile(self) -> tuple[int, ...]:
+        """The pid in exo's pidfile (exo main writes one; releases and the app before
+        it do not), never waited for long (`pidfile`)."""
+        pid, answered = self._pidfile.pid()
+        if answered == self._pidfile_hangs:
+            path = self._pidfile.path
+            say(
+                f"exo's pidfile {path} answers again"
+                if answered
+                else f"exo's pidfile {path} does not answer: scanning without it until it does"
+            )
+        self._pidfile_hangs = not answered
+        return () if pid is None else (pid,)
 
     def _watch_exit(self, process: ProcessIdentity) -> None:
         wait_for_exit(process, usable_waiters(process))
@@ -301,12 +316,6 @@ class Guardian:
         thread.start()
 
 
-def _pid_in_pidfile() -> tuple[int, ...]:
-    """exo main writes one; releases and the app before it do not."""
-    pid = read_pidfile(settings.exo_pidfile())
-    return () if pid is None else (pid,)
-
-
 def _named(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
     """The processes named to be watched (by exo's pidfile, by `--watch`) that are
     alive: from `table`, or read now."""
@@ -316,13 +325,3 @@ def _named(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
     )
     found = [table.processes.get(Pid(pid)) or read.get(Pid(pid)) for pid in pids]
     return [info for info in found if info is not None]
-
-
-def read_pidfile(path: Path) -> int | None:
-    """The pid in exo's pidfile, read without its lock; None if there is none."""
-    with contextlib.suppress(OSError, ValueError):
-        with open(path, "rb") as file:
-            words = file.read(64).split()
-        pid = int(words[0]) if words else 0
-        return pid if pid > 1 else None
-    return None
