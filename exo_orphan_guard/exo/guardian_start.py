@@ -19,6 +19,7 @@ from typing import Final
 
 from ..records import guardian_state
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 from ..system import boot_id, settings
 
 LOG_NAME: Final = "guardian.log"
@@ -53,12 +54,15 @@ def ensure_guardian() -> str:
     registry, problem = Registry.open(settings.registry_dir(), create=True)
     if registry is None:
         return f"no guardian started: {problem or 'no registry'}"
-    running = guardian_state.running(registry.path, boot_id())
+    home, problem = user_dir(create=True)
+    if home is None:
+        return f"no guardian started: {problem or 'no guardian directory'}"
+    running = guardian_state.running(home, boot_id())
     if running is not None:
         return f"the guardian runs (pid {running.pid}, {running.mode})"
-    if guardian_state.is_held(registry.path):
+    if guardian_state.is_held(home):
         return "a guardian is starting"
-    pid = _start(registry.path)
+    pid = _start(home)
     return f"started a guardian (pid {pid}), leaving once no exo is left to watch"
 
 

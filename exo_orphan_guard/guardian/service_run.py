@@ -38,8 +38,16 @@ from typing import Final, final
 
 from .._version import __version__
 from ..records import handover_marker
-from ..records.guardian_state import GuardianState, Mode, clear_state, guardian_lock, write_state
+from ..records.guardian_state import (
+    LOCK_NAME,
+    GuardianState,
+    Mode,
+    clear_state,
+    guardian_lock,
+    write_state,
+)
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 from ..sweeper.judging import judge
 from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
 from ..sweeper.sweep_endings import Bounds
@@ -93,23 +101,28 @@ def run(
             say(f"cannot guard: {problem}")
             return 2
 
+    home, problem = user_dir(create=False)
+    if home is None:  # made by `usable_registry` a moment ago: gone or changed since
+        say(f"cannot guard: {problem or 'no guardian directory'}")
+        return 2
+
     def waiting() -> None:
         if mode == "worker":
-            say(f"another guardian holds {registry.path / 'guardian.lock'}: leaving it to guard")
+            say(f"another guardian holds {home / LOCK_NAME}: leaving it to guard")
             stop.set()
         else:
-            say(f"another guardian holds {registry.path / 'guardian.lock'}: waiting to take over")
+            say(f"another guardian holds {home / LOCK_NAME}: waiting to take over")
 
-    with guardian_lock(registry.path, stop, waiting) as held:
+    with guardian_lock(home, stop, waiting) as held:
         if not held:
             return 0
         me = current_identity()
         state = GuardianState(me.pid, me.started, boot_id(), time.time(), mode, __version__)
-        write_state(registry.path, state)
+        write_state(home, state)
         try:
             Guardian(stop, wake, leave_when_idle, watch).guard()
         finally:
-            clear_state(registry.path, state)
+            clear_state(home, state)
     say("stopped")
     return 0
 

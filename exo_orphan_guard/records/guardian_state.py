@@ -1,7 +1,8 @@
 """Who the guardian is: one per user per machine, found by its lock and its state file.
 
-The guardian holds `guardian.lock` (`flock`) in this host's registry directory for as
-long as it runs, and writes `guardian.json` beside it once it holds the lock: its pid
+The guardian holds `guardian.lock` (`flock`) in the user's guardian directory
+(`user_dir`: per user and machine, whatever the environment) for as long as it runs,
+and writes `guardian.json` beside it once it holds the lock: its pid
 and start (its identity), when it started, and how it was started. The lock decides
 who guards; the state file says who that is, for `service status` and `doctor`. A
 state file whose process is gone (a guardian SIGKILLed) says nothing: `running`

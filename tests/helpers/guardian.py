@@ -17,6 +17,7 @@ from pathlib import Path
 
 from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.records.user_dir import user_dir
 from exo_orphan_guard.system import boot_id
 from exo_orphan_guard.system.identity import ProcessIdentity
 
@@ -110,6 +111,13 @@ def guardian(registry: Path, *arguments: str, **env: str) -> Generator[RunningGu
         yield running
     finally:
         running.stop()
+
+
+def guardian_home() -> Path:
+    """The user's guardian directory (`user_dir`), made if missing."""
+    home, problem = user_dir(create=True)
+    assert home is not None, problem
+    return home
 
 
 def guardian_endings(registry: Path) -> list[endings.Ending]:
