@@ -27,6 +27,7 @@ leaves it. A target is claimed by one ending at a time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import queue
 import signal
@@ -58,6 +59,7 @@ from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
+from .leaving import Leaving, holder_leaving
 from .log import say
 from .pidfile import PidfileReader
 
@@ -73,8 +75,8 @@ def run(
     for the registry instead (`registry_wait`): launchd and systemd would restart an
     exit forever. `watch`: exo processes to watch before they have runners (the worker
     that started this guardian). Started by exo's worker (`mode="worker"`), a guardian
-    finding another one running leaves at once: no supervisor restarts it, and the
-    other one guards."""
+    finding another one guarding leaves at once: no supervisor restarts it, and the
+    other one guards; one that is leaving, it waits for (`leaving`)."""
     stop = threading.Event()
     wake: queue.SimpleQueue[ProcessIdentity | None] = queue.SimpleQueue()
 
@@ -106,23 +108,34 @@ def run(
         say(f"cannot guard: {problem or 'no guardian directory'}")
         return 2
 
-    def waiting() -> None:
-        if mode == "worker":
-            say(f"another guardian holds {home / LOCK_NAME}: leaving it to guard")
-            stop.set()
-        else:
-            say(f"another guardian holds {home / LOCK_NAME}: waiting to take over")
+    lock = home / LOCK_NAME
 
-    with guardian_lock(home, stop, waiting) as held:
-        if not held:
-            return 0
-        me = current_identity()
-        state = GuardianState(me.pid, me.started, boot_id(), time.time(), mode, __version__)
-        write_state(home, state)
-        try:
-            Guardian(stop, wake, leave_when_idle, watch).guard()
-        finally:
-            clear_state(home, state)
+    def waiting() -> None:
+        say(f"another guardian holds {lock}: waiting to take over")
+
+    def keep_waiting() -> bool:
+        # No supervisor restarts a worker-started guardian: one that guards is left to.
+        if mode != "worker" or holder_leaving(home):
+            return True
+        say(f"another guardian holds {lock}: leaving it to guard")
+        return False
+
+    me = current_identity()
+    state = GuardianState(me.pid, me.started, boot_id(), time.time(), mode, __version__)
+    try:
+        with guardian_lock(home, stop, waiting, keep_waiting) as held:
+            if not held:
+                return 0
+            write_state(home, state)
+            try:
+                Guardian(stop, wake, Leaving(home, state), leave_when_idle, watch).guard()
+            finally:
+                # Said before the lock goes, and cleared after: a worker that looks in
+                # between finds a guardian leaving (and starts another), never one that
+                # seems to guard, nor a lock held with no word of who holds it.
+                write_state(home, dataclasses.replace(state, leaving=True))
+    finally:
+        clear_state(home, state)
     say("stopped")
     return 0
 
@@ -133,11 +146,13 @@ class Guardian:
         self,
         stop: threading.Event,
         wake: queue.SimpleQueue[ProcessIdentity | None],
+        leaving: Leaving,
         leave_when_idle: bool,
         watch: Sequence[int] = (),
     ) -> None:
         self._stop = stop
         self._named = tuple(watch)
+        self._leaving = leaving
         self._deaths = wake
         self._leave_when_idle = leave_when_idle
         self._watched: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
@@ -206,8 +221,11 @@ class Guardian:
             next_scan = time.monotonic() + self._interval
             idle_scans = 0 if self._busy() else idle_scans + 1
             if self._leave_when_idle and idle_scans >= _IDLE_SCANS_BEFORE_LEAVING:
-                say("no exo process left to watch: leaving")
-                return
+                if self._leaving.may_leave():
+                    say("no exo process left to watch: leaving")
+                    return
+                idle_scans = 0  # an exo asked to be watched: the next scan watches it
+                next_scan = time.monotonic()
         say("stopping")
 
     def _busy(self) -> bool:
@@ -219,7 +237,7 @@ class Guardian:
         warnings: list[str] = []
         registry, _ = Registry.open(settings.registry_dir(), create=False)
         table, verdicts = judge(registry, OPTIONS, warnings)
-        named = _named(table, (*self._named, *self._in_pidfile()))
+        named = _named(table, (*self._named, *self._in_pidfile(), *self._leaving.requested()))
         found = watchlist.exo_processes(table, verdicts, named)
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
         base = settings.registry_dir()

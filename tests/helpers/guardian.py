@@ -33,7 +33,8 @@ directory = Path(sys.argv[1])
 with guardian_state.guardian_lock(directory) as held:
     me = current_identity()
     state = guardian_state.GuardianState(
-        me.pid, me.started, system.boot_id(), time.time(), "service", "0.0.test"
+        me.pid, me.started, system.boot_id(), time.time(), sys.argv[2], "0.0.test",
+        leaving=sys.argv[3] == "leaving",
     )
     guardian_state.write_state(directory, state)
     print("ready", flush=True)
@@ -141,11 +142,15 @@ def ended_line(
 
 
 @contextlib.contextmanager
-def stand_in_guardian(directory: Path) -> Generator[subprocess.Popen[str]]:
+def stand_in_guardian(
+    directory: Path, mode: str = "service", *, leaving: bool = False
+) -> Generator[subprocess.Popen[str]]:
     """Running, holding the lock, once entered; SIGKILLed on the way out (its state
-    file stays, as a killed guardian's does)."""
+    file stays, as a killed guardian's does). `leaving`: its state says it is about
+    to leave."""
+    words = [str(directory), mode, "leaving" if leaving else "staying"]
     process = subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT, str(directory)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _SCRIPT, *words], stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
