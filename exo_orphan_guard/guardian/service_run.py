@@ -62,6 +62,7 @@ from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
 from .leaving import Leaving, holder_leaving
 from .log import say
 from .pidfile import PidfileReader
+from .stuck import FIRST_RETRY_SCANS, StuckRunners
 
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
@@ -181,6 +182,7 @@ class Guardian:
             if warning is not None:
                 say(warning)
         self._interval = interval.value
+        self._stuck = StuckRunners(FIRST_RETRY_SCANS * self._interval)
         self._bounds = Bounds(
             grace=grace.value,
             interrupt_wait=settings.interrupt_bound(busy.value, grace.value),
@@ -218,6 +220,8 @@ class Guardian:
             if self._stop.is_set() or time.monotonic() < next_scan:
                 continue
             self._scan()
+            for runner in self._stuck.gone():
+                say(f"runner {runner.pid}, stuck in the kernel after SIGKILL, is gone now")
             next_scan = time.monotonic() + self._interval
             idle_scans = 0 if self._busy() else idle_scans + 1
             if self._leave_when_idle and idle_scans >= _IDLE_SCANS_BEFORE_LEAVING:
@@ -263,7 +267,7 @@ class Guardian:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
             ).start()
-        taken = self._claims.taken()
+        taken = self._claims.taken() | self._stuck.resting(time.monotonic())
         orphans = [
             verdict.pid
             for verdict in verdicts
@@ -336,6 +340,7 @@ class Guardian:
                 "bounds": self._bounds,
                 "claims": self._claims,
                 "handed": self._handed_now,
+                "stuck": self._stuck,
                 "stop": self._stop,
                 "say": say,
             },
