@@ -2,6 +2,7 @@
 
     python -m bench.run_all [--only watch,idle] [--rounds 200] [--idle-seconds 60]
     python -m bench.run_all --only guardian [--guardian-idle-seconds 600]
+    python -m bench.run_all --only registry [--registry-starts 10000]
     python -m bench.run_all --only exo-stop [--exo-stop-rounds 5]   (opt-in: real exo)
 
 Each section writes bench/results/<section>.md (kept in git); the document is
@@ -29,6 +30,7 @@ from . import (
     handover_latency,
     idle_cost,
     plot_watch,
+    registry_growth,
     sweep_cost,
     watch_latency,
     worker_start,
@@ -52,6 +54,7 @@ SECTION_ORDER = [
     "group",
     "launch",
     "guardian",
+    "registry",
     "start",
     "exo-stop",
 ]
@@ -335,6 +338,35 @@ def exo_stop_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def registry_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    starts: int = arguments.registry_starts
+    without = registry_growth.simulate(starts, scratch, with_upkeep=False)
+    with_upkeep = registry_growth.simulate(starts, scratch, with_upkeep=True)
+    return "\n".join(
+        [
+            header(
+                "The guardian's files after months of exo starts",
+                f"python -m bench.run_all --only registry --registry-starts {starts}",
+            ),
+            f"{starts:,} simulated exo starts, one every {registry_growth.STEP_SECONDS:g} s "
+            f"of a virtual clock ({starts * registry_growth.STEP_SECONDS / 3600:.0f} hours "
+            f"of starts), each with {registry_growth.RUNNERS_PER_START} runners ended "
+            "by the guardian after exo's SIGKILL: exo's hand-over marker, the worker's watch "
+            "request, the guardian's log lines, and each runner's `begun` and `ended` lines, "
+            "written by the real writers (`bench/registry_growth.py`); one exo in "
+            f"{registry_growth.UNWATCHED_EVERY} dies while no guardian runs, its marker "
+            "left. Without upkeep is the guardian before issue 40 (markers removed only at a "
+            "watched death, `endings.jsonl` compacted only by sweeps, the log never cut); "
+            "with it, each start is followed by a scan's pruning of the watch requests and, "
+            f"every {registry_growth.UPKEEP_EVERY_STARTS} starts (a minute), by "
+            "`guardian.upkeep`; the log is cut at 1 MiB to its newest 256 KiB. Sizes are "
+            "the files' lengths.\n",
+            registry_growth.render(without, with_upkeep),
+            "",
+        ]
+    )
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
@@ -346,6 +378,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "group": group_section,
     "launch": launch_section,
     "guardian": guardian_cost.section,
+    "registry": registry_section,
     "start": start_section,
     "exo-stop": exo_stop_section,
 }
@@ -369,6 +402,7 @@ def main() -> None:
     parser.add_argument("--guardian-rounds", type=int, default=50)
     parser.add_argument("--guardian-idle-seconds", type=float, default=600.0)
     parser.add_argument("--guardian-notice-rounds", type=int, default=20)
+    parser.add_argument("--registry-starts", type=int, default=10_000)
     parser.add_argument("--start-repetitions", type=int, default=40)
     parser.add_argument("--exo-stop-rounds", type=int, default=5)
     arguments = parser.parse_args()

@@ -24,19 +24,19 @@ class Leaving:
     """The requests in the user's guardian directory, and this guardian's state."""
 
     def __init__(self, home: Path, state: GuardianState) -> None:
-        self._home = home
+        self.home = home
         self._state = state
 
     def requested(self) -> tuple[int, ...]:
         """The pids of the live exo processes that asked to be watched."""
-        return tuple(process.pid for process in watch_requests.live_requests(self._home))
+        return tuple(process.pid for process in watch_requests.live_requests(self.home))
 
     def may_leave(self) -> bool:
         """Whether this guardian may leave now: said first (a worker that looks from
         now on starts another guardian), then no live request is left."""
-        guardian_state.write_state(self._home, dataclasses.replace(self._state, leaving=True))
-        if watch_requests.live_requests(self._home):
-            guardian_state.write_state(self._home, self._state)
+        guardian_state.write_state(self.home, dataclasses.replace(self._state, leaving=True))
+        if watch_requests.live_requests(self.home):
+            guardian_state.write_state(self.home, self._state)
             return False
         return True
 

@@ -34,9 +34,9 @@ def say(line: str) -> None:
     write_line(f"{stamp} exo-orphan-guard guardian: {line}\n")
 
 
-def write_line(text: str) -> None:
-    """Append `text` to stderr; nothing if it cannot be written."""
-    fd = _stderr_fd()
+def write_line(text: str, fd: int | None = None) -> None:
+    """Append `text` to `fd` (default stderr); nothing if it cannot be written."""
+    fd = _stderr_fd() if fd is None else fd
     if fd is None:
         return
     with contextlib.suppress(OSError):

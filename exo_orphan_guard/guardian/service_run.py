@@ -63,6 +63,7 @@ from .leaving import Leaving, holder_leaving
 from .log import say
 from .pidfile import PidfileReader
 from .stuck import FIRST_RETRY_SCANS, StuckRunners
+from .upkeep import UPKEEP_SCANS, upkeep
 
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
@@ -198,6 +199,7 @@ class Guardian:
         )
         self._end(_FULL_SCAN, "start-up sweep")
         idle_scans = 0
+        scans = 0
         next_scan = time.monotonic()
         while not self._stop.is_set():
             try:
@@ -220,8 +222,8 @@ class Guardian:
             if self._stop.is_set() or time.monotonic() < next_scan:
                 continue
             self._scan()
-            for runner in self._stuck.gone():
-                say(f"runner {runner.pid}, stuck in the kernel after SIGKILL, is gone now")
+            self._chores(scans)
+            scans += 1
             next_scan = time.monotonic() + self._interval
             idle_scans = 0 if self._busy() else idle_scans + 1
             if self._leave_when_idle and idle_scans >= _IDLE_SCANS_BEFORE_LEAVING:
@@ -231,6 +233,15 @@ class Guardian:
                 idle_scans = 0  # an exo asked to be watched: the next scan watches it
                 next_scan = time.monotonic()
         say("stopping")
+
+    def _chores(self, scans: int) -> None:
+        """After scan number `scans`: stuck runners now gone are said, and every
+        `UPKEEP_SCANS` scans the guardian's files are kept bounded (`upkeep`)."""
+        for runner in self._stuck.gone():
+            say(f"runner {runner.pid}, stuck in the kernel after SIGKILL, is gone now")
+        if scans % UPKEEP_SCANS == 0:
+            home = self._leaving.home
+            upkeep(settings.registry_dir(), home, boot_id(), time.time(), time.monotonic())
 
     def _busy(self) -> bool:
         with self._lock:
