@@ -4,6 +4,7 @@
     python -m bench.run_all --only guardian [--guardian-idle-seconds 600]
     python -m bench.run_all --only registry [--registry-starts 10000]
     python -m bench.run_all --only exo-stop [--exo-stop-rounds 5]   (opt-in: real exo)
+    python -m bench.run_all --only soak [--soak-seconds 3600]       (opt-in: `make soak`)
 
 Each section writes bench/results/<section>.md (kept in git); the document is
 assembled from every section file present, so one section can be re-run alone.
@@ -31,6 +32,7 @@ from . import (
     idle_cost,
     plot_watch,
     registry_growth,
+    soak,
     sweep_cost,
     watch_latency,
     worker_start,
@@ -56,11 +58,12 @@ SECTION_ORDER = [
     "guardian",
     "registry",
     "start",
+    "soak",
     "exo-stop",
 ]
-OPT_IN = ("exo-stop",)
+OPT_IN = ("exo-stop", "soak")
 """Sections that run only when `--only` names them: they need real exo (EXO_SRC,
-MLX_LM_SRC, as `make test-exo`)."""
+MLX_LM_SRC, as `make test-exo`), or an hour (`make soak`)."""
 
 
 def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
@@ -367,6 +370,33 @@ def registry_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def soak_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    seconds: float = arguments.soak_seconds
+    where = machine()
+    result = soak.run(seconds, scratch)
+    text = "\n".join(
+        [
+            header(
+                "The guardian left running: an hour of exo churn (`make soak`)",
+                f"make soak SOAK_SECONDS={seconds:g}",
+                where,
+            ),
+            f"{soak.DESCRIPTION} Sampled every {soak.SAMPLE_SECONDS:g} s "
+            "(`/proc/<pid>/status` VmRSS and Threads, `/proc/<pid>/fd`; files: the "
+            "lengths of every file in the registry and the guardian directory). Slack: RSS "
+            f"{soak.RSS_SLACK_MIB:g} MiB (medians), fds {soak.FDS_SLACK} and threads "
+            f"{soak.THREADS_SLACK} (maxima), files at most {soak.FILES_BOUND_KIB} KiB, no "
+            "runner left behind. Rows: every twelfth sample and the last.\n",
+            soak.render(result),
+            "",
+        ]
+    )
+    if result.problems:
+        print(text, flush=True)
+        sys.exit(f"soak: {'; '.join(result.problems)}")
+    return text
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
@@ -380,6 +410,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "guardian": guardian_cost.section,
     "registry": registry_section,
     "start": start_section,
+    "soak": soak_section,
     "exo-stop": exo_stop_section,
 }
 
@@ -405,6 +436,7 @@ def main() -> None:
     parser.add_argument("--registry-starts", type=int, default=10_000)
     parser.add_argument("--start-repetitions", type=int, default=40)
     parser.add_argument("--exo-stop-rounds", type=int, default=5)
+    parser.add_argument("--soak-seconds", type=float, default=3600.0)
     arguments = parser.parse_args()
     chosen = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]
