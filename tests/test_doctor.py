@@ -96,9 +96,17 @@ def test_stuck_processes_say_reboot() -> None:
     assert unkillable.status == "FAIL" and "reboot" in str(unkillable.next_step)
 
 
-def test_guard_off_odd_and_registry_problems() -> None:
-    off = statuses(dataclasses.replace(HEALTHY, toggle=settings.Parsed(False)))
-    assert off["guard"] == "WARN"
+def test_guard_off_odd_and_registry_problems(tmp_path: Path) -> None:
+    # The app's user: no toggle anywhere, a guardian running: an all-clear.
+    off = dataclasses.replace(HEALTHY, toggle=settings.Parsed(False))
+    assert statuses(off)["guard"] == "OK" and doctor.exit_code(doctor.assess(off)) == 0
+    # A patched exo named here, the toggle off: its hooks do nothing.
+    series = patching.load_series()[0]
+    patched = dataclasses.replace(
+        off, exo_tree=tmp_path, patch_status=patching.TreeStatus(series, "applied")
+    )
+    (guard,) = [check for check in doctor.assess(patched) if check.name == "guard"]
+    assert guard.status == "WARN" and "=true" in str(guard.next_step)
     odd = settings.parse_toggle("maybe")
     assert statuses(dataclasses.replace(HEALTHY, toggle=odd))["guard"] == "WARN"
     refused = dataclasses.replace(HEALTHY, registry_problem="orphan registry /r is a symlink")

@@ -74,6 +74,9 @@ class NodeFacts:
     """How runners ended since boot (`records.endings`)."""
     grace: settings.Parsed[float] = _DEFAULT_GRACE
     busy_wait: settings.Parsed[float] = _DEFAULT_BUSY_WAIT
+    other_settings: tuple[str, ...] = ()
+    """Warnings about the other settings (strategy, backend, scan interval): the value
+    that was not taken, and what is used instead."""
 
 
 def lasting_stuck_state(
@@ -160,6 +163,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         endings=seen,
         grace=settings.grace_setting(),
         busy_wait=settings.busy_wait_setting(),
+        other_settings=bounds_check.other_setting_warnings(os.environ),
     )
 
 
@@ -174,7 +178,7 @@ def assess(facts: NodeFacts) -> list[Check]:
     return [
         _guard(facts),
         service_status.check(facts.guardian),
-        bounds_check.settings_check(facts.grace, facts.busy_wait),
+        bounds_check.settings_check(facts.grace, facts.busy_wait, facts.other_settings),
         _patch(facts),
         _orphans(facts),
         _unkillable(facts),
@@ -188,6 +192,10 @@ def assess(facts: NodeFacts) -> list[Check]:
 
 
 def _guard(facts: NodeFacts) -> Check:
+    """The toggle turns on what runs inside a patched exo (its runners' hand-over of
+    their own Shutdown, its start-up sweep); the guardian needs none. Off is only worth
+    a warning where it turns something off: a patched exo named with --exo, or runners
+    this environment's exo records."""
     if facts.toggle.warning is not None:
         return Check("guard", "WARN", facts.toggle.warning, f"set {settings.TOGGLE_ENV}=1")
     guarded = sum(
@@ -195,14 +203,27 @@ def _guard(facts: NodeFacts) -> Check:
     )
     if facts.toggle.value:
         return Check(
-            "guard", "OK", f"{settings.TOGGLE_ENV} is on here; {guarded} guarded runner(s) recorded"
+            "guard",
+            "OK",
+            f"{settings.TOGGLE_ENV} is on here (the hooks inside a patched exo); "
+            f"{guarded} guarded runner(s) recorded",
         )
-    detail = f"{settings.TOGGLE_ENV} is off in this environment"
-    if guarded:
+    patched = facts.patch_status is not None and facts.patch_status.state == "applied"
+    if patched:
         return Check(
-            "guard", "OK", f"{detail}, but {guarded} runner(s) are guarded (exo has it on)"
+            "guard",
+            "WARN",
+            f"exo at {facts.exo_tree} is patched, but {settings.TOGGLE_ENV} is off in this "
+            "environment: its hooks do nothing",
+            f"start that exo with {settings.TOGGLE_ENV}=true",
         )
-    return Check("guard", "WARN", detail, f"start exo with {settings.TOGGLE_ENV}=1")
+    detail = (
+        f"{settings.TOGGLE_ENV} is off here: it turns on only the hooks inside a patched "
+        "exo; the guardian needs no toggle"
+    )
+    if guarded:
+        detail += f"; {guarded} runner(s) are guarded (their exo has it on)"
+    return Check("guard", "OK", detail)
 
 
 def _patch(facts: NodeFacts) -> Check:
