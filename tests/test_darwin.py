@@ -20,6 +20,17 @@ def test_ps_stat_column(column: str, state: str | None) -> None:
     assert _darwin.stuck_state_from_ps(column) == state
 
 
+@pytest.mark.parametrize(
+    ("column", "exiting"),
+    [("RE\n", True), ("SE", True), ("UE", False), ("?E", False), ("Ss", False), ("", None)],
+)
+def test_ps_stat_column_says_whether_it_is_exiting(column: str, exiting: bool | None) -> None:
+    """`E`: trying to exit; with `U` (or `?`) it is stuck there, as ranks in the RDMA
+    driver are: that is no exit to wait for."""
+    assert _darwin.exiting_from_ps(column) is exiting
+    assert _darwin.is_exiting(7, run_ps=lambda _pid: column) is exiting
+
+
 def test_stuck_state_asks_ps_for_the_pid() -> None:
     asked: list[int] = []
 

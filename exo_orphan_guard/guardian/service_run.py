@@ -220,6 +220,8 @@ class Guardian:
             if process in starts and handover_marker.hands_over(base, process.pid, starts[process])
         }
         with self._lock:
+            # Said of an exo already watched: its marker came after its first scan.
+            newly_handing = (handing_over - self._handing_over) & set(self._watched)
             self._handing_over = (self._handing_over & set(found)) | handing_over
             listed = {info.identity for info in table.processes.values() if not info.exited}
             self._handed = {runner for runner in self._handed if runner in listed} | {
@@ -232,6 +234,8 @@ class Guardian:
         for process in new:
             handover = ", which hand themselves their Shutdown" if process in handing_over else ""
             say(f"watching exo {process.pid} ({len(found[process])} runner(s){handover})")
+        for process in newly_handing:
+            say(f"exo {process.pid}: its runners hand themselves their Shutdown (its marker)")
         for process in unwatched:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True

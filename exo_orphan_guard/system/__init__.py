@@ -136,6 +136,14 @@ def stuck_state(pid: int) -> str | None:
 
 
 @_backed
+def is_exiting(pid: int) -> bool | None:
+    """Whether the process is on its way out: on Linux a SIGKILL pending, on macOS `E`
+    among `ps`'s flags without `U`. Tearing a process down can take seconds on a loaded
+    machine. None: cannot tell here."""
+    raise NotImplementedError
+
+
+@_backed
 def ignores_signal(pid: int, signal_number: int) -> bool | None:
     """Whether the process ignores the signal (SIG_IGN), as a runner of an exo started
     in the background from a script ignores SIGINT; None where it cannot be read

@@ -162,6 +162,20 @@ def stuck_state(pid: int, run_ps: Callable[[int], str] | None = None) -> str | N
     return stuck_state_from_ps((run_ps or _ps_stat)(pid))
 
 
+def exiting_from_ps(stat_column: str) -> bool | None:
+    """Whether ps's STAT flags say the process is on its way out (`E`), and not stuck
+    there (`U`, or `?`: ps could not inspect it, as a rank stuck in a driver on its
+    way out shows); None when ps said nothing."""
+    flags = stat_column.strip()
+    if not flags:
+        return None
+    return "E" in flags and stuck_state_from_ps(flags) is None
+
+
+def is_exiting(pid: int, run_ps: Callable[[int], str] | None = None) -> bool | None:
+    return exiting_from_ps((run_ps or _ps_stat)(pid))
+
+
 def _ps_stat(pid: int) -> str:
     try:
         completed = subprocess.run(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -116,6 +117,17 @@ def descendants(pid: int) -> list[Pid]:
 
 def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
     return _signal_set_has(f"/proc/self/task/{thread}/status", b"SigBlk:", signal_number)
+
+
+def is_exiting(pid: int) -> bool | None:
+    """A SIGKILL pending: the process dies at its next step. On a loaded machine that
+    step can wait in D for seconds (tearing down its memory, waiting for a lock); one
+    that waits for good is told by staying so past the engine's longer wait."""
+    pending = [
+        _signal_set_has(f"/proc/{pid}/status", field, signal.SIGKILL)
+        for field in (b"SigPnd:", b"ShdPnd:")
+    ]
+    return None if None in pending else any(pending)
 
 
 def ignores_signal(pid: int, signal_number: int) -> bool | None:

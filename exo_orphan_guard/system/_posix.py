@@ -165,6 +165,12 @@ def stuck_state(pid: int) -> str | None:
     return "D" if status == psutil.STATUS_DISK_SLEEP else None
 
 
+def is_exiting(pid: int) -> bool | None:
+    """psutil cannot tell a process tearing itself down from one that runs."""
+    del pid
+    return None
+
+
 def is_stopped(pid: int) -> bool | None:
     status = read_or(lambda: psutil.Process(pid).status(), None)
     return None if status is None else status == psutil.STATUS_STOPPED
