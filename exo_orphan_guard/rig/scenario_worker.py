@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import ending_hazards, exo_runner, native_calls, notice_blockers
+from . import ending_hazards, exo_runner, native_calls, notice_blockers, stand_in_exo
 from .notes import RunnerNotes
+
+stand_in_exo.as_exo_main(__name__)  # in its runners too, which re-run this module
 
 RunnerKind = Literal[
     "idle",
