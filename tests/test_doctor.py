@@ -32,7 +32,8 @@ RUNNER = ProcessInfo(
     status="sleeping",
     rss=2**31,
     create_time=1.0,
-    runs_exo=True,
+    exo_evidence="maps exo's extension exo_rs.abi3.so",
+    in_exo_environment=True,
 )
 GUARDIAN = service_status.GuardianFacts(
     manager="systemd",

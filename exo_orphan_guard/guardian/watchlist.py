@@ -1,11 +1,14 @@
 """Which exo processes the guardian watches, decided from a sweep's snapshot and
 verdicts: pure, so that every rule is tested on made-up tables.
 
-An exo process is any live process of this user that is the parent of exo spawn
-children (`ProcessInfo.runs_exo`: the frozen app's `exo`, or a Python whose
-environment has exo) that no rule marks for ending: its runners. exo's resource
-tracker and `macmon` run without `--multiprocessing-fork`, so they are never runners.
-exo's pidfile (exo main) names the process even before it has runners.
+An exo process is a live process of this user that shows it runs exo
+(`ProcessInfo.exo_evidence`: exo's Rust extension mapped, the frozen app, exo's own
+command line; `sweeper.exo_detect`) and is the parent of spawn children that no rule
+marks for ending: its runners. exo's resource tracker and `macmon` run without
+`--multiprocessing-fork`, so they are never runners. exo's pidfile (exo main) names
+the process even before it has runners. What is watched is also what the guardian
+remembers (`records.sightings`): the runners seen under a live exo are known to be
+exo's once it is gone, whatever they show themselves.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ def exo_processes(
     ending = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
     found: dict[ProcessIdentity, set[ProcessIdentity]] = {}
     for info in table.processes.values():
-        if not _may_watch(info, table) or not info.is_spawn_child or not info.runs_exo:
-            continue
-        if info.pid in ending:
+        if not _may_watch(info, table) or not info.is_spawn_child or info.pid in ending:
             continue
         parent = table.processes.get(Pid(info.ppid))
-        if parent is None or not _may_watch(parent, table) or parent.pid in ending:
+        if parent is None or not parent.runs_exo:
+            continue
+        if not _may_watch(parent, table) or parent.pid in ending:
             continue
         found.setdefault(parent.identity, set()).add(info.identity)
     for info in named:

@@ -23,10 +23,10 @@ from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import Registry
 from ..sweeper.judging import judge
-from ..sweeper.process_table import ProcessInfo
+from ..sweeper.process_table import ProcessInfo, ProcessTable
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
-from ..system.process_facts import WiredMemory
+from ..system.process_facts import Pid, WiredMemory
 from . import bounds_check, hard_kills, rdma_ports, service_files, service_status, stranded_memory
 from .check import Check
 
@@ -101,11 +101,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
     warnings: list[str] = []
     table, verdicts = judge(registry, SweepOptions(), warnings)
     records = len({verdict.record.path for verdict in verdicts if verdict.record is not None})
-    runners = tuple(
-        info
-        for info in table.processes.values()
-        if info.is_spawn_child and info.runs_exo and not info.exited
-    )
+    runners = exo_runners(table, verdicts)
     suspects = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
     exiting = {
         verdict.pid
@@ -148,6 +144,22 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         endings=seen,
         grace=settings.grace_setting(),
         busy_wait=settings.busy_wait_setting(),
+    )
+
+
+def exo_runners(table: ProcessTable, verdicts: Sequence[Verdict]) -> tuple[ProcessInfo, ...]:
+    """Live spawn children known to be exo's runners: they show exo themselves, their
+    parent does, or the guardian saw them under an exo (a verdict names them)."""
+    named = {verdict.pid for verdict in verdicts if verdict.rule == "fingerprint"}
+
+    def known(info: ProcessInfo) -> bool:
+        parent = table.processes.get(Pid(info.ppid))
+        return info.runs_exo or info.pid in named or (parent is not None and parent.runs_exo)
+
+    return tuple(
+        info
+        for info in table.processes.values()
+        if info.is_spawn_child and not info.exited and known(info)
     )
 
 
