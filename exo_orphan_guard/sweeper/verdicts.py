@@ -305,10 +305,11 @@ def _adopted_by(table: ProcessTable, child: ProcessInfo, parent: ProcessInfo) ->
     if parent.argv == child.argv:
         return None  # a fork of its live parent (a runner's watchdog, say): not adopted
     if table.pipes_visible and child.pipes is not None and parent.pipes is not None:
-        if child.pipes & parent.pipes:
-            return None
-        return "it holds none of the child's pipes, so it did not spawn it (a subreaper)"
-    if not table.pipes_visible and parent.pid != 1:
+        if not child.pipes & parent.pipes:
+            return "it holds none of the child's pipes, so it did not spawn it (a subreaper)"
+        # A shared pipe alone proves nothing: an init (or any process) holds the stdout
+        # its children inherited, and an orphan of v1.0.71 inherited exo's.
+    elif not table.pipes_visible and parent.pid != 1:
         return None  # no subreapers outside Linux: a live parent other than init spawned it
     if _could_spawn(parent, child):
         return None
