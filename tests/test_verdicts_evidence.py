@@ -5,12 +5,16 @@ names exo's is listed as orphaned, not known to be exo, and ended only by `--mat
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 
+from exo_orphan_guard.sweeper import report_format
+from exo_orphan_guard.sweeper.sweep_report import SweepReport
 from exo_orphan_guard.sweeper.verdicts import NOT_KNOWN_EXO, SweepOptions, decide
 from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.system.process_facts import Pid
-from tests.helpers.snapshots import DEFAULT, EXO_PY, by_pid, proc, table
+from tests.helpers.snapshots import DEFAULT, EXO_PY, RUNNER_ARGV, by_pid, proc, table
 
 EXO = ProcessIdentity(Pid(200), 200.0)
 RUNNER = ProcessIdentity(Pid(300), 300.0)
@@ -65,3 +69,14 @@ def test_a_runner_that_shows_exo_itself_needs_no_sighting() -> None:
     # The runner of exo's console script or frozen app maps exo's extension itself.
     verdict = by_pid(decide(table(proc(300, ppid=1)), [], DEFAULT))[300]
     assert verdict.action == "kill" and "maps exo's extension" in verdict.reason
+
+
+def test_scan_lists_an_orphan_not_known_to_be_exo_without_being_asked() -> None:
+    worker = proc(300, ppid=1, exo=False, environment=True)
+    verdicts = decide(table(worker), [], DEFAULT)
+    report = SweepReport(verdicts, (), (), True, None, 0.0)
+    line = f"NOT KNOWN 300 ({shlex.join(RUNNER_ARGV)[:57]}...): {NOT_KNOWN_EXO}"
+    assert line in report_format.to_table(report)
+    document = json.loads(report_format.to_json(report, "scan"))
+    assert document["suspects"] == [] and document["exit_code"] == 0
+    assert [(entry["pid"], entry["not_known_exo"]) for entry in document["spared"]] == [(300, True)]

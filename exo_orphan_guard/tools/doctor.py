@@ -170,6 +170,7 @@ def assess(facts: NodeFacts) -> list[Check]:
         bounds_check.settings_check(facts.grace, facts.busy_wait),
         _patch(facts),
         _orphans(facts),
+        _not_known(facts),
         _unkillable(facts),
         hard_kills.check(facts.endings),
         bounds_check.under_way_check(facts.endings),
@@ -225,6 +226,23 @@ def _orphans(facts: NodeFacts) -> Check:
         "FAIL",
         f"{len(orphans)} leftover runner(s) ({pids}) holding {_memory_held(orphans)}",
         "exo-orphan-guard sweep",
+    )
+
+
+def _not_known(facts: NodeFacts) -> Check:
+    unknown = [verdict for verdict in facts.verdicts if verdict.not_known_exo]
+    if not unknown:
+        return Check("not known", "OK", "no orphan from exo's environment left unexplained")
+    pids = ", ".join(str(verdict.pid) for verdict in unknown)
+    return Check(
+        "not known",
+        "WARN",
+        f"{len(unknown)} spawn child(ren) of a dead parent from exo's environment ({pids}), "
+        f"orphaned, not known to be exo (nothing shows it), holding {_memory_held(unknown)}: "
+        "never ended without --match",
+        "exo-orphan-guard scan lists them; if they are exo's runners: "
+        "exo-orphan-guard sweep --match REGEX (their command line)",
+        {"pids": [verdict.pid for verdict in unknown]},
     )
 
 
