@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.guardian.service_run import read_pidfile
-from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched
-from exo_orphan_guard.records import handover_marker
+from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched, remember
+from exo_orphan_guard.records import handover_marker, sightings
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import SweepOptions, decide
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.process_facts import Pid
 from tests.helpers.snapshots import EXO_PY, FROZEN_ARGV, UID, proc, table
 
 WORKER_ARGV = (EXO_PY, "-m", "exo")
@@ -69,6 +70,20 @@ def test_a_pidfile_names_an_exo_before_it_has_runners() -> None:
     assert list(found) == [worker.identity] and found[worker.identity] == frozenset()
     assert newly_watched({}, found) == [worker.identity]
     assert newly_watched(found, found) == []
+
+
+def test_what_is_watched_is_remembered_for_when_its_exo_is_gone(tmp_path: Path) -> None:
+    never = 2**22 + 10  # above any pid_max: never a live process here
+    worker = proc(never, 1, argv=WORKER_ARGV)
+    snapshot = table(worker, proc(never + 1, never, exo=False))
+    found = exo_processes(snapshot, ())
+    assert found == {worker.identity: frozenset({snapshot.processes[Pid(never + 1)].identity})}
+    assert remember(tmp_path, snapshot, found) is None
+    assert sightings.read(tmp_path, snapshot.boot_id) == found
+    # The next scan: the exo and its runner are gone (no live process has their
+    # identities): nothing is kept.
+    assert remember(tmp_path, snapshot, {}) is None
+    assert sightings.read(tmp_path, snapshot.boot_id) == {}
 
 
 def test_exos_pidfile_is_where_exo_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,11 +14,13 @@ exo's once it is gone, whatever they show themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
+from ..records import sightings
 from ..sweeper.process_table import ProcessInfo, ProcessTable
 from ..sweeper.verdicts import Verdict
-from ..system.identity import ProcessIdentity
+from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 
 Watched = Mapping[ProcessIdentity, frozenset[ProcessIdentity]]
@@ -57,6 +59,18 @@ def _may_watch(info: ProcessInfo, table: ProcessTable) -> bool:
         and info.uid == table.uid
         and info.pid not in table.protected
         and not info.is_guard
+    )
+
+
+def remember(directory: Path, table: ProcessTable, watched: Watched) -> str | None:
+    """Keep what is `watched` in the sightings of the registry's host `directory`
+    (`records.sightings`), beside what was seen before of runners still alive: once
+    their exo is gone, they are known to be its runners, to this guardian, to its
+    successor after a SIGKILL, and to a sweep. Call it before an exit watch starts on
+    any of them. A warning if they could not be written (their endings then rest on
+    what each runner shows itself)."""
+    return sightings.remember(
+        directory, table.boot_id, watched, lambda runner: liveness(runner) != "gone"
     )
 
 
