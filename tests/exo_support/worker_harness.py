@@ -32,28 +32,22 @@ dirs at import. Those not set by the caller are pointed into a scratch dir
 (``--scratch``, default a new ``/tmp/exo-harness-*``; reported in the JSON as
 ``scratch``, the caller removes it), so nothing is written under ``~``.
 
-What exo's main process shows: exo imports its Rust extension in its main module
-(`exo_rs` on main, `exo_pyo3_bindings` in the releases), which cannot be built here.
-The harness maps a stand-in under the extension's file name (`--exo-main script`, the
-default: as exo's console script, whose runners re-run it as `__mp_main__` and map it
-too; `module`: as `python -m exo`, whose runners map nothing of exo's), so that a
-sweep takes it, and its runner, for what they stand for. That mapping is the one
-thing here that runs at import time (spawned children re-import the main module).
+What exo's main process shows: a stand-in of exo's Rust extension mapped
+(`node_io.map_exo_extension`; `--exo-main script`, the default: as exo's console
+script, whose runners map it too; `module`: as `python -m exo`, whose runners map
+nothing of exo's), so that a sweep takes it, and its runner, for what they stand for.
 
 This file deliberately imports nothing from exo_orphan_guard: patched exo code
-calls it itself.
+calls it itself. Nothing here runs at import time but `node_io`'s mapping (spawned
+children re-import the main module).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
-import importlib.machinery
-import importlib.util
 import json
 import multiprocessing as mp
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -61,27 +55,9 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from node_io import map_exo_extension
+
 VERSIONS = ("v1.0.61", "v1.0.65", "v1.0.69", "v1.0.71", "main")
-EXTENSION_ENV = "EOG_HARNESS_EXO_EXTENSION"
-"""The stand-in extension this worker mapped, for its runners to map too."""
-
-if _mapped_by_the_worker := os.environ.get(EXTENSION_ENV):
-    ctypes.CDLL(_mapped_by_the_worker)
-
-
-def map_exo_extension(scratch: Path, version: str, exo_main: str) -> None:
-    """Map a stand-in of exo's Rust extension at this version, named as its file is:
-    a copy of one of this interpreter's own extension modules (`_ctypes`)."""
-    name = "exo_rs" if version == "main" else "exo_pyo3_bindings"
-    spec = importlib.util.find_spec("_ctypes")
-    assert spec is not None and spec.origin is not None
-    directory = scratch / "exo-extension" / name
-    directory.mkdir(parents=True, exist_ok=True)
-    extension = directory / f"{name}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
-    shutil.copyfile(spec.origin, extension)
-    ctypes.CDLL(str(extension))
-    if exo_main == "script":
-        os.environ[EXTENSION_ENV] = str(extension)
 
 
 _json_out: Any = None
@@ -305,7 +281,7 @@ def main() -> NoReturn:
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="exo-harness-"))
     scratch = scratch.resolve()
     prepare_env(scratch)
-    map_exo_extension(scratch, args.version, args.exo_main)
+    map_exo_extension(scratch, runners=args.exo_main == "script")
     private_stdout()
 
     mp.set_start_method("spawn", force=True)
