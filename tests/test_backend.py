@@ -175,6 +175,7 @@ def test_every_call_about_a_gone_process_answers_without_raising() -> None:
         "is_exiting": system.is_exiting(gone),
         "memory_usage": system.memory_usage(gone),
         "pipe_inodes": system.pipe_inodes(gone),
+        "mapped_files": system.mapped_files(gone),
         "process_group": system.process_group(gone),
         "child_pids": system.child_pids(gone),
         "descendants": system.descendants(gone),

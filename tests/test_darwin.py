@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from typing import Any, final
 
@@ -47,11 +48,20 @@ class FakeLibc:
     """sysctlbyname(3), proc_pid_rusage(2) and gethostuuid(3) as macOS answers them."""
 
     def __init__(
-        self, sysctls: dict[bytes, bytes], footprints: dict[int, int], host_uuid: bytes = b""
+        self,
+        sysctls: dict[bytes, bytes],
+        footprints: dict[int, int],
+        host_uuid: bytes = b"",
+        regions: dict[int, list[tuple[int, int, bytes]]] | None = None,
+        stale: bool = False,
     ) -> None:
         self.sysctls = sysctls
         self.footprints = footprints
         self.host_uuid = host_uuid
+        self.regions = regions or {}
+        """Per pid, its file-backed regions (address, size, path), in address order."""
+        self.stale = stale
+        """Answer the first region whatever the address: a map that moved under the walk."""
         self.calls: list[tuple[object, ...]] = []
 
     def sysctlbyname(
@@ -83,6 +93,24 @@ class FakeLibc:
         info: Any = buffer
         info.contents.ri_resident_size = 1
         info.contents.ri_phys_footprint = self.footprints[pid]
+        return 0
+
+    def proc_pidinfo(self, pid: int, flavor: int, arg: int, buffer: object, size: int, /) -> int:
+        """PROC_PIDREGIONPATHINFO2 as XNU answers it (`proc_pidregionpathinfo2`): the
+        first file-backed region at or after `arg`, EINVAL past the last; the libc
+        wrapper returns 0 with errno set on failure."""
+        self.calls.append(("proc_pidinfo", pid, flavor, arg, size))
+        if pid not in self.regions:
+            ctypes.set_errno(errno.EPERM)  # another user's (CHECK_SAME_USER), or ESRCH
+            return 0
+        for address, length, path in self.regions[pid]:
+            if address + length > arg or self.stale:
+                info: Any = buffer
+                info.contents.prp_prinfo.pri_address = address
+                info.contents.prp_prinfo.pri_size = length
+                info.contents.prp_vip.vip_path = path
+                return ctypes.sizeof(_darwin.RegionWithPathInfo)
+        ctypes.set_errno(errno.EINVAL)
         return 0
 
     def gethostuuid(self, uuid: object, wait: object, /) -> int:
@@ -156,3 +184,38 @@ def test_host_uuid_is_none_when_the_call_fails_or_says_nothing() -> None:
 def test_timespec_layout_is_two_longs() -> None:
     assert ctypes.sizeof(_darwin.Timespec) == 2 * ctypes.sizeof(ctypes.c_long)
     assert _darwin.Timespec.tv_nsec.offset == ctypes.sizeof(ctypes.c_long)
+
+
+EXO_RS = b"/Applications/EXO.app/Contents/Resources/exo/_internal/exo_rs/exo_rs.abi3.so"
+
+
+def test_region_layout_is_xnus_proc_regionwithpathinfo() -> None:
+    # <sys/proc_info.h>: proc_regioninfo is 4 uint32, a uint64, 14 uint32, then the
+    # region's address and size; vnode_info_path is vinfo_stat (136 bytes), vi_type,
+    # vi_pad, fsid_t (8 bytes), then MAXPATHLEN (1024) bytes of path.
+    assert _darwin.ProcRegionInfo.pri_address.offset == 80
+    assert ctypes.sizeof(_darwin.ProcRegionInfo) == 96
+    assert ctypes.sizeof(_darwin.VinfoStat) == 136
+    assert _darwin.VnodeInfoPath.vip_path.offset == 152
+    assert _darwin.RegionWithPathInfo.prp_vip.offset == 96
+    assert ctypes.sizeof(_darwin.RegionWithPathInfo) == 96 + 152 + 1024
+
+
+def test_mapped_files_walk_every_file_backed_region_once() -> None:
+    exe = b"/Applications/EXO.app/Contents/Resources/exo/exo"
+    regions = [(0x1000, 0x4000, exe), (0x9000, 0x1000, EXO_RS), (0xA000, 0x2000, EXO_RS)]
+    libc = FakeLibc({}, {}, regions={4242: regions})
+    assert _darwin.mapped_files(4242, libc) == {exe.decode(), EXO_RS.decode()}
+    asked = [call[3] for call in libc.calls]
+    assert asked == [0, 0x5000, 0xA000, 0xC000], "each call starts past the region before"
+    assert {call[2] for call in libc.calls} == {22}, "PROC_PIDREGIONPATHINFO2"
+
+
+def test_mapped_files_of_a_process_that_cannot_be_read_are_unknown() -> None:
+    assert _darwin.mapped_files(4242, FakeLibc({}, {})) is None
+
+
+def test_a_region_walk_that_makes_no_progress_stops() -> None:
+    stuck = FakeLibc({}, {}, regions={4242: [(0x1000, 0x1000, EXO_RS)]}, stale=True)
+    assert _darwin.mapped_files(4242, stuck) == {EXO_RS.decode()}
+    assert [call[3] for call in stuck.calls] == [0, 0x2000]

@@ -15,7 +15,7 @@ from exo_orphan_guard.records.guardian_state import GuardianState
 from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
-from exo_orphan_guard.sweeper.verdicts import Verdict
+from exo_orphan_guard.sweeper.verdicts import NOT_KNOWN_EXO, Verdict
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli, doctor, service_status
@@ -32,7 +32,8 @@ RUNNER = ProcessInfo(
     status="sleeping",
     rss=2**31,
     create_time=1.0,
-    runs_exo=True,
+    exo_evidence="maps exo's extension exo_rs.abi3.so",
+    in_exo_environment=True,
 )
 GUARDIAN = service_status.GuardianFacts(
     manager="systemd",
@@ -69,6 +70,7 @@ def test_a_healthy_node() -> None:
         "settings": "OK",
         "exo patch": "SKIP",
         "orphans": "OK",
+        "not known": "OK",
         "unkillable": "OK",
         "hard kills": "OK",
         "endings under way": "OK",
@@ -88,6 +90,18 @@ def test_orphans_fail_and_say_what_to_run() -> None:
     assert by_name["orphans"].next_step == "exo-orphan-guard sweep"
     assert by_name["queue pairs"].status == "WARN"
     assert doctor.exit_code(checks) == 1
+
+
+def test_an_orphan_not_known_to_be_exo_is_listed_with_what_ends_it() -> None:
+    reason = f"{NOT_KNOWN_EXO}: nothing shows it runs exo"
+    unknown = Verdict(RUNNER.pid, "spare", reason, None, RUNNER, not_known_exo=True)
+    checks = doctor.assess(dataclasses.replace(HEALTHY, verdicts=(unknown,)))
+    by_name = {check.name: check for check in checks}
+    line = by_name["not known"]
+    assert line.status == "WARN" and "300" in line.detail and "not known to be exo" in line.detail
+    assert "--match" in str(line.next_step) and line.figures == {"pids": [300]}
+    assert by_name["orphans"].status == "OK", "never counted as an orphan a sweep ends"
+    assert doctor.exit_code(checks) == 0
 
 
 def test_stuck_processes_say_reboot() -> None:

@@ -148,6 +148,7 @@ class Guardian:
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
         self._claims = Claims()
+        self._sightings_problem: str | None = None
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -212,6 +213,11 @@ class Guardian:
         table, verdicts = judge(registry, OPTIONS, warnings)
         named = _named(table, (*self._named, *_pid_in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
+        if registry is not None:  # before any exit watch: its ending judges by them
+            problem = watchlist.remember(registry.path, table, found)
+            if problem is not None and problem != self._sightings_problem:
+                say(problem)
+            self._sightings_problem = problem
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
         base = settings.registry_dir()
         handing_over = {

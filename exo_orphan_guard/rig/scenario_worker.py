@@ -38,8 +38,11 @@ from . import (
     notice_blockers,
     runner_guards,
     runner_threads,
+    stand_in_exo,
 )
 from .notes import RunnerNotes
+
+stand_in_exo.as_exo_main(__name__)  # in its runners too, which re-run this module
 
 RunnerKind = Literal[
     "idle",

@@ -175,6 +175,14 @@ def pipe_inodes(pid: int) -> frozenset[int] | None:
     raise NotImplementedError
 
 
+@_backed
+def mapped_files(pid: int) -> frozenset[str] | None:
+    """The files `pid` has mapped (its executable, the shared libraries and extension
+    modules it loaded), by path; None where they cannot be read (gone, another user's,
+    or an OS that does not say)."""
+    raise NotImplementedError
+
+
 # Trees, groups and the whole process table.
 
 

@@ -9,6 +9,7 @@ each OS call in a few lines whose library tests inject.
 from __future__ import annotations
 
 import ctypes
+import errno
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -22,6 +23,14 @@ from ._posix import memory_usage as posix_memory_usage
 from .process_facts import MemoryUsage, WiredMemory
 
 _RUSAGE_INFO_V0: Final = 0
+_PROC_PIDREGIONPATHINFO2: Final = 22
+"""`proc_info_private.h`: the first region at or after the address that maps a file
+(anonymous memory skipped), with its path; what libproc's own `proc_regionfilename`
+asks for. EINVAL once no such region is left."""
+_MAXPATHLEN: Final = 1024
+_MAX_REGIONS: Final = 1 << 17
+"""A bound on the walk, far above the few thousand file-backed regions of a Python
+process with MLX loaded: a map that kept changing under the walk cannot loop it."""
 _HOST_UUID_WAIT_SECONDS: Final = 5
 """gethostuuid(3) waits for IOKit to publish IOPlatformUUID (long done after boot); a
 zero timeout would mean waiting forever."""
@@ -43,6 +52,10 @@ class DarwinLibc(Protocol):
     def proc_pid_rusage(self, pid: int, flavor: int, buffer: object, /) -> int: ...
 
     def gethostuuid(self, uuid: object, wait: object, /) -> int: ...
+
+    def proc_pidinfo(
+        self, pid: int, flavor: int, arg: int, buffer: object, size: int, /
+    ) -> int: ...
 
 
 class Timespec(ctypes.Structure):
@@ -70,6 +83,107 @@ class RusageInfoV0(ctypes.Structure):
         ("ri_proc_start_abstime", ctypes.c_uint64),
         ("ri_proc_exit_abstime", ctypes.c_uint64),
     )
+
+
+_REGION_COUNTERS: Final = (
+    "pri_behavior",
+    "pri_user_wired_count",
+    "pri_user_tag",
+    "pri_pages_resident",
+    "pri_pages_shared_now_private",
+    "pri_pages_swapped_out",
+    "pri_pages_dirtied",
+    "pri_ref_count",
+    "pri_shadow_depth",
+    "pri_share_mode",
+    "pri_private_pages_resident",
+    "pri_shared_pages_resident",
+    "pri_obj_id",
+    "pri_depth",
+)
+
+
+class ProcRegionInfo(ctypes.Structure):
+    """`struct proc_regioninfo` from <sys/proc_info.h>."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("pri_protection", ctypes.c_uint32),
+        ("pri_max_protection", ctypes.c_uint32),
+        ("pri_inheritance", ctypes.c_uint32),
+        ("pri_flags", ctypes.c_uint32),
+        ("pri_offset", ctypes.c_uint64),
+        *((name, ctypes.c_uint32) for name in _REGION_COUNTERS),
+        ("pri_address", ctypes.c_uint64),
+        ("pri_size", ctypes.c_uint64),
+    )
+
+
+class VinfoStat(ctypes.Structure):
+    """`struct vinfo_stat`: stat64 with fixed-size fields."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("vst_dev", ctypes.c_uint32),
+        ("vst_mode", ctypes.c_uint16),
+        ("vst_nlink", ctypes.c_uint16),
+        ("vst_ino", ctypes.c_uint64),
+        ("vst_uid", ctypes.c_uint32),
+        ("vst_gid", ctypes.c_uint32),
+        ("vst_times", ctypes.c_int64 * 8),
+        ("vst_size", ctypes.c_int64),
+        ("vst_blocks", ctypes.c_int64),
+        ("vst_blksize", ctypes.c_int32),
+        ("vst_flags", ctypes.c_uint32),
+        ("vst_gen", ctypes.c_uint32),
+        ("vst_rdev", ctypes.c_uint32),
+        ("vst_qspare", ctypes.c_int64 * 2),
+    )
+
+
+class VnodeInfoPath(ctypes.Structure):
+    """`struct vnode_info_path`: `struct vnode_info` (the stat, the vnode type, a pad,
+    the fsid), then the path."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("vi_stat", VinfoStat),
+        ("vi_type", ctypes.c_int),
+        ("vi_pad", ctypes.c_int),
+        ("vi_fsid", ctypes.c_int32 * 2),
+        ("vip_path", ctypes.c_char * _MAXPATHLEN),
+    )
+
+
+class RegionWithPathInfo(ctypes.Structure):
+    """`struct proc_regionwithpathinfo`: what PROC_PIDREGIONPATHINFO2 fills."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("prp_prinfo", ProcRegionInfo),
+        ("prp_vip", VnodeInfoPath),
+    )
+
+
+def region_paths(pid: int, libc: DarwinLibc) -> frozenset[str] | None:
+    """The files `pid` maps, walked region by region as `lsof` and `vmmap` do (psutil
+    has no memory maps on macOS). Same-user processes only (`proc_pidinfo`'s
+    CHECK_SAME_USER): None for another user's, or a gone one."""
+    info = RegionWithPathInfo()
+    size = ctypes.sizeof(info)
+    paths: set[str] = set()
+    address = 0
+    for _ in range(_MAX_REGIONS):
+        written = libc.proc_pidinfo(
+            pid, _PROC_PIDREGIONPATHINFO2, address, ctypes.pointer(info), size
+        )
+        if written < size:
+            # EINVAL: no file-backed region at or after `address`, the walk's end.
+            return frozenset(paths) if ctypes.get_errno() == errno.EINVAL else None
+        region = info.prp_prinfo
+        if path := bytes(info.prp_vip.vip_path).split(b"\0", 1)[0]:
+            paths.add(path.decode(errors="replace"))
+        following = int(region.pri_address) + int(region.pri_size)
+        if following <= address:
+            break
+        address = following
+    return frozenset(paths)
 
 
 def sysctl_string(name: str, libc: DarwinLibc) -> str | None:
@@ -124,6 +238,14 @@ def _libc() -> DarwinLibc:
     libc.proc_pid_rusage.restype = ctypes.c_int
     libc.gethostuuid.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
     libc.gethostuuid.restype = ctypes.c_int
+    libc.proc_pidinfo.argtypes = (
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_uint64,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    )
+    libc.proc_pidinfo.restype = ctypes.c_int
     return cast(DarwinLibc, libc)
 
 
@@ -135,6 +257,10 @@ def boot_id() -> str:
 @cache
 def hardware_uuid() -> str | None:
     return host_uuid(_libc())
+
+
+def mapped_files(pid: int, libc: DarwinLibc | None = None) -> frozenset[str] | None:
+    return region_paths(pid, libc or _libc())
 
 
 def memory_usage(pid: int, libc: DarwinLibc | None = None) -> MemoryUsage | None:

@@ -213,6 +213,25 @@ def pipe_inodes(pid: int) -> frozenset[int] | None:
     return frozenset(inodes)
 
 
+def mapped_files(pid: int) -> frozenset[str] | None:
+    """The files named in /proc/<pid>/maps (reading it needs the access ptrace would:
+    another user's process answers None)."""
+    try:
+        data = _read_all(f"/proc/{pid}/maps")
+    except OSError:
+        return None
+    return frozenset(_mapped_paths(data))
+
+
+def _mapped_paths(maps: bytes) -> Iterator[str]:
+    """Each line: address, perms, offset, device, inode, then the path, which may hold
+    spaces (so the split stops there) and ends in " (deleted)" once unlinked."""
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/"):
+            yield fields[5].decode(errors="replace").removesuffix(" (deleted)")
+
+
 def environment_value(pid: int, name: str) -> str | None:
     """`name` in the environment `pid` started with; None if unset. PermissionError if
     the environment cannot be read (it may be set: callers must not assume it is not)."""

@@ -182,6 +182,19 @@ def pipe_inodes(pid: int) -> frozenset[int] | None:
     return None
 
 
+def mapped_files(pid: int) -> frozenset[str] | None:
+    """psutil's memory maps where it has them (Linux, the BSDs); macOS, where it has
+    none, reads libproc (`_darwin`)."""
+    if not hasattr(psutil.Process, "memory_maps"):
+        return None
+
+    def paths() -> frozenset[str]:
+        regions = psutil.Process(pid).memory_maps(grouped=True)
+        return frozenset(region.path for region in regions if region.path.startswith("/"))
+
+    return read_or(paths, None)
+
+
 def environment_value(pid: int, name: str) -> str | None:
     """Another process's environment cannot be read here (macOS hides it since Big
     Sur), so no claim can rest on it."""

@@ -24,10 +24,10 @@ from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import Registry
 from ..sweeper.judging import judge
-from ..sweeper.process_table import ProcessInfo
+from ..sweeper.process_table import ProcessInfo, ProcessTable
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
-from ..system.process_facts import WiredMemory
+from ..system.process_facts import Pid, WiredMemory
 from . import (
     bounds_check,
     hard_kills,
@@ -113,11 +113,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
     warnings: list[str] = []
     table, verdicts = judge(registry, SweepOptions(), warnings)
     records = len({verdict.record.path for verdict in verdicts if verdict.record is not None})
-    runners = tuple(
-        info
-        for info in table.processes.values()
-        if info.is_spawn_child and info.runs_exo and not info.exited
-    )
+    runners = exo_runners(table, verdicts)
     suspects = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
     exiting = {
         verdict.pid
@@ -174,6 +170,22 @@ def _linger(manager: service_files.Manager | None, installed: Path | None) -> bo
     return service_control.lingering(os.getuid(), service_control.run_command, shutil.which)
 
 
+def exo_runners(table: ProcessTable, verdicts: Sequence[Verdict]) -> tuple[ProcessInfo, ...]:
+    """Live spawn children known to be exo's runners: they show exo themselves, their
+    parent does, or the guardian saw them under an exo (a verdict names them)."""
+    named = {verdict.pid for verdict in verdicts if verdict.rule == "fingerprint"}
+
+    def known(info: ProcessInfo) -> bool:
+        parent = table.processes.get(Pid(info.ppid))
+        return info.runs_exo or info.pid in named or (parent is not None and parent.runs_exo)
+
+    return tuple(
+        info
+        for info in table.processes.values()
+        if info.is_spawn_child and not info.exited and known(info)
+    )
+
+
 def assess(facts: NodeFacts) -> list[Check]:
     return [
         _guard(facts),
@@ -181,6 +193,7 @@ def assess(facts: NodeFacts) -> list[Check]:
         bounds_check.settings_check(facts.grace, facts.busy_wait, facts.other_settings),
         _patch(facts),
         _orphans(facts),
+        _not_known(facts),
         _unkillable(facts),
         hard_kills.check(facts.endings),
         bounds_check.under_way_check(facts.endings),
@@ -253,6 +266,23 @@ def _orphans(facts: NodeFacts) -> Check:
         "FAIL",
         f"{len(orphans)} leftover runner(s) ({pids}) holding {_memory_held(orphans)}",
         "exo-orphan-guard sweep",
+    )
+
+
+def _not_known(facts: NodeFacts) -> Check:
+    unknown = [verdict for verdict in facts.verdicts if verdict.not_known_exo]
+    if not unknown:
+        return Check("not known", "OK", "no orphan from exo's environment left unexplained")
+    pids = ", ".join(str(verdict.pid) for verdict in unknown)
+    return Check(
+        "not known",
+        "WARN",
+        f"{len(unknown)} spawn child(ren) of a dead parent from exo's environment ({pids}), "
+        f"orphaned, not known to be exo (nothing shows it), holding {_memory_held(unknown)}: "
+        "never ended without --match",
+        "exo-orphan-guard scan lists them; if they are exo's runners: "
+        "exo-orphan-guard sweep --match REGEX (their command line)",
+        {"pids": [verdict.pid for verdict in unknown]},
     )
 
 
