@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from typing import Any, final
 
 import pytest
 
-from exo_orphan_guard.system import _darwin
-from exo_orphan_guard.system.process_facts import MemoryUsage
+from exo_orphan_guard.system import _darwin, _posix
+from exo_orphan_guard.system.process_facts import MemoryUsage, Pid
 
 
 @pytest.mark.parametrize(
@@ -36,12 +37,42 @@ class FakeLibc:
     """sysctlbyname(3), proc_pid_rusage(2) and gethostuuid(3) as macOS answers them."""
 
     def __init__(
-        self, sysctls: dict[bytes, bytes], footprints: dict[int, int], host_uuid: bytes = b""
+        self,
+        sysctls: dict[bytes, bytes],
+        footprints: dict[int, int],
+        host_uuid: bytes = b"",
+        tables: list[bytes] | None = None,
     ) -> None:
         self.sysctls = sysctls
         self.footprints = footprints
         self.host_uuid = host_uuid
+        self.tables = tables or []
+        """What each `sysctl(KERN_PROC_ALL)` answers in turn (the last one after)."""
         self.calls: list[tuple[object, ...]] = []
+
+    def sysctl(
+        self,
+        name: ctypes.Array[ctypes.c_int],
+        name_length: int,
+        old: ctypes.Array[ctypes.c_char] | None,
+        old_size: object,
+        new: None,
+        new_size: int,
+        /,
+    ) -> int:
+        self.calls.append(("sysctl", tuple(name[:name_length]), old is None))
+        size: Any = old_size
+        if not self.tables:
+            ctypes.set_errno(errno.ENOENT)
+            return -1
+        table = self.tables[0] if len(self.tables) == 1 else self.tables.pop(0)
+        if old is not None:
+            if size.contents.value < len(table):
+                ctypes.set_errno(errno.ENOMEM)
+                return -1
+            ctypes.memmove(old, table, len(table))
+        size.contents.value = len(table)
+        return 0
 
     def sysctlbyname(
         self,
@@ -145,3 +176,71 @@ def test_host_uuid_is_none_when_the_call_fails_or_says_nothing() -> None:
 def test_timespec_layout_is_two_longs() -> None:
     assert ctypes.sizeof(_darwin.Timespec) == 2 * ctypes.sizeof(ctypes.c_long)
     assert _darwin.Timespec.tv_nsec.offset == ctypes.sizeof(ctypes.c_long)
+
+
+def _table(*processes: tuple[int, float]) -> bytes:
+    """A `KERN_PROC_ALL` answer: one kinfo_proc per (pid, start in seconds)."""
+    return b"".join(
+        _darwin.KINFO_PROC_HEAD.pack(int(start), round(start % 1 * 1_000_000), pid)
+        for pid, start in processes
+    )
+
+
+def _my_start() -> float:
+    start = _posix.read_start(os.getpid())
+    assert start is not None
+    return start.started
+
+
+def test_kinfo_proc_layout_puts_the_pid_where_xnu_does() -> None:
+    # struct extern_proc: a 16-byte timeval, two pointers, p_flag, p_stat, then p_pid.
+    assert _darwin.ExternProcHead.p_pid.offset == 40
+    assert _darwin.KINFO_PROC_HEAD.size == _darwin.KINFO_PROC_SIZE == 648
+
+
+def test_the_process_table_is_each_pid_with_its_start_in_microseconds() -> None:
+    table = _table((0, 1000.0), (1, 1000.25), (4242, 1_790_000_000.5))
+    assert _darwin.parse_process_table(table) == {
+        0: 1_000_000_000,
+        1: 1_000_250_000,
+        4242: 1_790_000_000_500_000,
+    }
+    assert _darwin.parse_process_table(table[:-1]) is None, "not whole records"
+    assert _darwin.parse_process_table(b"") is None
+
+
+def test_the_process_table_is_read_in_one_sysctl_after_its_size() -> None:
+    me = os.getpid()
+    libc = FakeLibc({}, {}, tables=[_table((1, 5.0), (me, _my_start()))])
+    listed = _darwin.list_processes(libc)
+    assert set(listed) == {1, me} and listed[Pid(1)] == 5_000_000
+    assert [call[:3] for call in libc.calls] == [
+        ("sysctl", (1, 14, 0), True),  # CTL_KERN, KERN_PROC, KERN_PROC_ALL: its size
+        ("sysctl", (1, 14, 0), False),
+    ]
+
+
+def test_a_table_that_grew_past_the_room_left_is_read_again() -> None:
+    me = os.getpid()
+    small = _table((me, _my_start()))
+    grown = _table(*((pid, 1.0) for pid in range(100, 200)), (me, _my_start()))
+    libc = FakeLibc({}, {}, tables=[small, grown, grown, grown])
+    assert len(_darwin.list_processes(libc)) == 101
+    assert len(libc.calls) == 4
+
+
+def test_a_table_that_does_not_show_this_process_as_it_is_is_not_trusted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A kinfo_proc laid out otherwise than this code reads it: psutil's listing, no
+    stamps, so that every command line is read."""
+    me = os.getpid()
+    for libc in (
+        FakeLibc({}, {}, tables=[_table((1, 5.0))]),
+        FakeLibc({}, {}, tables=[_table((me, _my_start() + 2))]),
+        FakeLibc({}, {}, tables=[_table((me, _my_start()))[:-8]]),
+        FakeLibc({}, {}),
+    ):
+        listed = _darwin.list_processes(libc)
+        assert me in listed and set(listed.values()) == {None}
+    assert "cannot be read here" in capsys.readouterr().err
