@@ -37,8 +37,8 @@ from ..system.process_facts import CreationMark, Pid, Stamp
 VERIFY_SCANS: Final = 150
 """Each settled process's command line is read again at least once in this many
 scans (5 minutes at the default interval)."""
-FULL_LISTING_SCANS: Final = 30
-"""A whole listing at least this often (a minute at the default interval)."""
+FULL_LISTING_SCANS: Final = 60
+"""A whole listing at least this often (2 minutes at the default interval)."""
 PROBE_LIMIT: Final = 64
 """More new pids than this are listed whole: looking at each alone costs more."""
 RESERVED_PIDS: Final = 300
@@ -157,26 +157,32 @@ def absorb(
     kinds: Mapping[Pid, Kind],
 ) -> Known:
     """What is known after this scan: `kinds` holds what each of `reads.pids` read."""
-    stamps = dict(known.stamps)
-    for pid in reads.forgotten:
-        del stamps[pid]
+    stamps = known.stamps
     if listing is not None:
-        stamps.update(listing.found)
+        # Copied only then: most scans list nothing (2,000 entries a scan add up).
+        changed = dict(known.stamps)
+        for pid in reads.forgotten:
+            del changed[pid]
+        changed.update(listing.found)
+        stamps = changed
     unsettled: set[Pid] = set()
     candidates: set[Pid] = set()
     for pid, kind in kinds.items():
-        stamp = stamps.setdefault(pid, None)
+        stamp = stamps.get(pid)
         if kind != "other":
             candidates.add(pid)
             unsettled.add(pid)
         elif not _settles(known, pid, stamp):
             unsettled.add(pid)
+    order = known.order
+    if stamps is not known.stamps and stamps.keys() != known.stamps.keys():
+        order = tuple(sorted(stamps))
     whole = listing is not None and listing.covered is None
     return Known(
         stamps=stamps,
         unsettled=frozenset(unsettled),
         candidates=frozenset(candidates),
-        order=known.order if stamps.keys() == known.stamps.keys() else tuple(sorted(stamps)),
+        order=order,
         verified_to=reads.verified_to,
         mark=mark,
         scans_since_whole=0 if whole else known.scans_since_whole + 1,

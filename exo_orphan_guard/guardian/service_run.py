@@ -195,12 +195,12 @@ class Guardian:
 
     def _scan(self) -> None:
         warnings: list[str] = []
-        registry, _ = Registry.open(settings.registry_dir(), create=False)
+        base = settings.registry_dir()
+        registry, _ = Registry.open(base, create=False)
         table, verdicts = judge(registry, _OPTIONS, warnings, self._cheap_scan.candidates())
         named = _named(table, (*self._named, *_pid_in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
-        base = settings.registry_dir()
         handing_over = {
             process
             for process in found
