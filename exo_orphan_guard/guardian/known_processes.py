@@ -44,6 +44,9 @@ PROBE_LIMIT: Final = 64
 RESERVED_PIDS: Final = 300
 """Linux hands out no pid below this once it has wrapped (`RESERVED_PIDS`)."""
 
+_UNSEEN: Final = -1
+"""No stamp is negative."""
+
 Kind = Literal["candidate", "vanished", "other"]
 ListingChoice = Literal["none", "whole"] | range
 """No listing, a whole one, or a look at these pids alone."""
@@ -88,6 +91,8 @@ class Known:
 class Reads:
     pids: frozenset[Pid]
     """Whose command lines this scan reads."""
+    fresh: frozenset[Pid]
+    """Listed pids new, or with a new stamp."""
     forgotten: frozenset[Pid]
     """Known pids the listing no longer shows."""
     verified_to: int
@@ -120,11 +125,13 @@ def listing_plan(
 
 def plan_reads(known: Known, listing: Listing | None) -> Reads:
     """Which command lines to read: see the module's docstring."""
-    fresh: set[Pid] = set()
+    fresh: frozenset[Pid] = frozenset()
     forgotten: frozenset[Pid] = frozenset()
     if listing is not None:
-        # New pids and changed stamps, compared in C as (pid, stamp) pairs.
-        fresh = {pid for pid, _ in listing.found.items() - known.stamps.items()}
+        stamps = known.stamps
+        fresh = frozenset(
+            pid for pid, stamp in listing.found.items() if stamps.get(pid, _UNSEEN) != stamp
+        )
         looked_at = (
             set(known.stamps)
             if listing.covered is None
@@ -133,7 +140,7 @@ def plan_reads(known: Known, listing: Listing | None) -> Reads:
         forgotten = frozenset(looked_at - listing.found.keys())
     turn, verified_to = _turn(known)
     pids = (fresh | known.unsettled | turn) - forgotten
-    return Reads(frozenset(pids), forgotten, verified_to)
+    return Reads(frozenset(pids), fresh, forgotten, verified_to)
 
 
 def _turn(known: Known) -> tuple[set[Pid], int]:
@@ -158,12 +165,12 @@ def absorb(
 ) -> Known:
     """What is known after this scan: `kinds` holds what each of `reads.pids` read."""
     stamps = known.stamps
-    if listing is not None:
-        # Copied only then: most scans list nothing (2,000 entries a scan add up).
+    if listing is not None and (reads.fresh or reads.forgotten):
+        # Copied only then: most scans change nothing (2,000 entries a scan add up).
         changed = dict(known.stamps)
         for pid in reads.forgotten:
             del changed[pid]
-        changed.update(listing.found)
+        changed.update({pid: listing.found[pid] for pid in reads.fresh})
         stamps = changed
     unsettled: set[Pid] = set()
     candidates: set[Pid] = set()
