@@ -9,8 +9,8 @@ from typing import Any, final
 
 import pytest
 
-from exo_orphan_guard.system import _darwin
-from exo_orphan_guard.system.process_facts import MemoryUsage
+from exo_orphan_guard.system import _darwin, _posix
+from exo_orphan_guard.system.process_facts import MemoryUsage, Pid
 
 
 @pytest.mark.parametrize(
@@ -54,6 +54,7 @@ class FakeLibc:
         host_uuid: bytes = b"",
         regions: dict[int, list[tuple[int, int, bytes]]] | None = None,
         stale: bool = False,
+        tables: list[bytes] | None = None,
     ) -> None:
         self.sysctls = sysctls
         self.footprints = footprints
@@ -62,7 +63,33 @@ class FakeLibc:
         """Per pid, its file-backed regions (address, size, path), in address order."""
         self.stale = stale
         """Answer the first region whatever the address: a map that moved under the walk."""
+        self.tables = tables or []
+        """What each `sysctl(KERN_PROC_ALL)` answers in turn (the last one after)."""
         self.calls: list[tuple[object, ...]] = []
+
+    def sysctl(
+        self,
+        name: ctypes.Array[ctypes.c_int],
+        name_length: int,
+        old: ctypes.Array[ctypes.c_char] | None,
+        old_size: object,
+        new: None,
+        new_size: int,
+        /,
+    ) -> int:
+        self.calls.append(("sysctl", tuple(name[:name_length]), old is None))
+        size: Any = old_size
+        if not self.tables:
+            ctypes.set_errno(errno.ENOENT)
+            return -1
+        table = self.tables[0] if len(self.tables) == 1 else self.tables.pop(0)
+        if old is not None:
+            if size.contents.value < len(table):
+                ctypes.set_errno(errno.ENOMEM)
+                return -1
+            ctypes.memmove(old, table, len(table))
+        size.contents.value = len(table)
+        return 0
 
     def sysctlbyname(
         self,
@@ -219,3 +246,73 @@ def test_a_region_walk_that_makes_no_progress_stops() -> None:
     stuck = FakeLibc({}, {}, regions={4242: [(0x1000, 0x1000, EXO_RS)]}, stale=True)
     assert _darwin.mapped_files(4242, stuck) == {EXO_RS.decode()}
     assert [call[3] for call in stuck.calls] == [0, 0x2000]
+
+
+def _table(*processes: tuple[int, float]) -> bytes:
+    """A `KERN_PROC_ALL` answer: one kinfo_proc per (pid, start in seconds)."""
+    return b"".join(
+        _darwin.KINFO_PROC_HEAD.pack(int(start), round(start % 1 * 1_000_000), pid)
+        for pid, start in processes
+    )
+
+
+def _my_start() -> float:
+    start = _posix.read_start(os.getpid())
+    assert start is not None
+    return start.started
+
+
+def test_kinfo_proc_layout_puts_the_pid_where_xnu_does() -> None:
+    # struct extern_proc: a 16-byte timeval, two pointers, p_flag, p_stat, then p_pid.
+    assert _darwin.ExternProcHead.p_pid.offset == 40
+    assert _darwin.KINFO_PROC_HEAD.size == _darwin.KINFO_PROC_SIZE == 648
+
+
+def test_the_process_table_is_each_pid_with_its_start_in_microseconds() -> None:
+    table = _table((0, 1000.0), (1, 1000.25), (4242, 1_790_000_000.5))
+    assert _darwin.parse_process_table(table) == {
+        0: 1_000_000_000,
+        1: 1_000_250_000,
+        4242: 1_790_000_000_500_000,
+    }
+    assert _darwin.parse_process_table(table[:-1]) is None, "not whole records"
+    assert _darwin.parse_process_table(b"") is None
+
+
+def test_the_process_table_is_read_in_one_sysctl_after_its_size() -> None:
+    me = os.getpid()
+    libc = FakeLibc({}, {}, tables=[_table((1, 5.0), (me, _my_start()))])
+    listed = _darwin.list_processes(libc)
+    assert set(listed) == {1, me} and listed[Pid(1)] == 5_000_000
+    assert [call[:3] for call in libc.calls] == [
+        ("sysctl", (1, 14, 0), True),  # CTL_KERN, KERN_PROC, KERN_PROC_ALL: its size
+        ("sysctl", (1, 14, 0), False),
+    ]
+
+
+def test_a_table_that_grew_past_the_room_left_is_read_again() -> None:
+    me = os.getpid()
+    small = _table((me, _my_start()))
+    grown = _table(*((pid, 1.0) for pid in range(100, 200)), (me, _my_start()))
+    libc = FakeLibc({}, {}, tables=[small, grown, grown, grown])
+    assert len(_darwin.list_processes(libc)) == 101
+    assert len(libc.calls) == 4
+
+
+def test_a_table_that_does_not_show_this_process_as_it_is_is_not_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kinfo_proc laid out otherwise than this code reads it: psutil's listing, no
+    stamps, so that every command line is read."""
+    warned: list[str] = []
+    monkeypatch.setattr(_darwin, "warn_once", warned.append)
+    me = os.getpid()
+    for libc in (
+        FakeLibc({}, {}, tables=[_table((1, 5.0))]),
+        FakeLibc({}, {}, tables=[_table((me, _my_start() + 2))]),
+        FakeLibc({}, {}, tables=[_table((me, _my_start()))[:-8]]),
+        FakeLibc({}, {}),
+    ):
+        listed = _darwin.list_processes(libc)
+        assert me in listed and set(listed.values()) == {None}
+    assert len(warned) == 4 and "cannot be read here" in warned[0]

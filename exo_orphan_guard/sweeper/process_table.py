@@ -265,16 +265,19 @@ def _read_runner_markers(processes: dict[Pid, ProcessInfo], groups: Collection[i
         processes[info.pid] = dataclasses.replace(info, runner_marker=marker, marker_readable=True)
 
 
+def is_spawn_candidate(raw: bytes) -> bool:
+    """Whether the fingerprint rule's pass over every command line picks this one (raw,
+    as `system.iter_command_lines` yields it): a spawn child's, or one that vanished."""
+    return not raw or _SPAWN_CHILD_WORD in raw.rstrip(b"\0").split(b"\0")
+
+
 def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> list[int]:
     found: list[int] = []
     for pid, raw in system.iter_command_lines():
-        if not raw:
-            found.append(pid)  # listed, its command line vanished: it may be a runner
-            continue
-        words = raw.rstrip(b"\0").split(b"\0")
-        if fingerprint and _SPAWN_CHILD_WORD in words:
-            found.append(pid)
+        if not raw or (fingerprint and is_spawn_candidate(raw)):
+            found.append(pid)  # an empty one vanished while listed: it may be a runner
         elif match is not None:
+            words = raw.rstrip(b"\0").split(b"\0")
             line = " ".join(word.decode(errors="replace") for word in words)
             if match.search(line):
                 found.append(pid)

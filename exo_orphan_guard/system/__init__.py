@@ -30,7 +30,15 @@ import functools
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar, cast
 
-from .process_facts import MemoryUsage, Pid, ProcessDetails, ProcessStart, WiredMemory
+from .process_facts import (
+    CreationMark,
+    MemoryUsage,
+    Pid,
+    ProcessDetails,
+    ProcessStart,
+    Stamp,
+    WiredMemory,
+)
 
 BackendName = Literal["linux", "portable"]
 if TYPE_CHECKING:
@@ -214,6 +222,34 @@ def group_members(groups: Collection[int]) -> list[Pid]:
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
     """Every process's raw NUL-separated argv; empty for a listed process whose command
     line vanished (it may be a runner on its way out); kernel threads skipped."""
+    raise NotImplementedError
+
+
+@_backed
+def command_line(pid: int) -> bytes | None:
+    """What `iter_command_lines` yields for `pid`, read alone: its raw argv, empty for
+    a listed process whose command line vanished; None where it yields nothing (gone,
+    a kernel thread, a zombie, unreadable)."""
+    raise NotImplementedError
+
+
+@_backed
+def list_processes() -> dict[Pid, Stamp | None]:
+    """Every process (never a thread), each with a stamp that changes when its pid
+    changes hands; None where the listing cannot tell (psutil's)."""
+    raise NotImplementedError
+
+
+@_backed
+def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
+    """Those of `pids` that are processes (not threads), stamped as `list_processes`
+    stamps them: a listing of a few pids."""
+    raise NotImplementedError
+
+
+@_backed
+def creation_mark() -> CreationMark | None:
+    """Where the pid allocator stands (Linux); None where it cannot be read."""
     raise NotImplementedError
 
 
