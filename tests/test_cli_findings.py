@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.exo import uv_project
-from exo_orphan_guard.system import settings
-from exo_orphan_guard.tools import bounds_check
+from exo_orphan_guard.system import once, settings
+from exo_orphan_guard.tools import bounds_check, cli
 from tests.helpers.cli import CLI, run_cli
 
 PYENV_SHIM_OUTPUT = """pyenv: uv: command not found
@@ -122,3 +122,11 @@ def test_a_uv_that_cannot_run_is_named_by_its_first_line(tmp_path: Path) -> None
     assert uv_project.summary_line("Resolved 3 packages\nAudited 3 packages\n", ok=True) == (
         "Audited 3 packages"
     )
+
+
+def test_an_in_process_run_leaves_warnings_and_stdout_as_they_were() -> None:
+    """exo's processes warn through loguru: a test, or a caller, that runs the command
+    line in its own process must find that so afterwards."""
+    stdout = sys.stdout
+    assert cli.main(["explain", "errno 16"]) == 0
+    assert once.warn_to(None) is None and sys.stdout is stdout

@@ -8,11 +8,13 @@ _already_warned: set[str] = set()
 _sink: Callable[[str], None] | None = None
 
 
-def warn_to(sink: Callable[[str], None]) -> None:
-    """Where this process's warnings go: the command line says them on its stderr in
-    its own words; everywhere else (exo's processes) they go through loguru."""
+def warn_to(sink: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """Where this process's warnings go from now on, and where they went: the command
+    line says them on its stderr in its own words; elsewhere (None: exo's processes)
+    they go through loguru."""
     global _sink
-    _sink = sink
+    before, _sink = _sink, sink
+    return before
 
 
 def warn_once(message: str) -> None:

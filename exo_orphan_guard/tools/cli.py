@@ -10,12 +10,13 @@ Each command imports what it uses when it runs: `scan` starts without anyio or l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Final, NoReturn, TextIO, final
 
@@ -29,8 +30,25 @@ EXIT_USAGE: Final = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    once.warn_to(_warn_on_stderr)
+    with _own_output():
+        return _run(argv)
+
+
+@contextlib.contextmanager
+def _own_output() -> Generator[None]:
+    """The command line's warnings in its own words, and a stdout whose reader may
+    leave; both as they were once it returns (a caller in the same process, a test)."""
+    sink = once.warn_to(_warn_on_stderr)
+    stdout = sys.stdout
     keep_writing_when_the_reader_leaves()
+    try:
+        yield
+    finally:
+        once.warn_to(sink)
+        sys.stdout = stdout
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         arguments = build_parser().parse_args(argv)
         return _dispatch(arguments)
