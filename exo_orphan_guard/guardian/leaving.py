@@ -6,17 +6,28 @@ leaves it says so in its state, then reads the requests once more, and stays if 
 lives (`may_leave`). A worker-started guardian that finds the lock held waits for it
 only while its holder is leaving or has not said yet who it is (`holder_leaving`):
 the holder then either leaves it the lock, or stays and sees the requests.
+
+Nor does it leave while a young spawn child of exo's environment is orphaned but not
+known to be exo (`starting`): a runner whose exo died before any scan saw it under
+its live parent shows it is exo's only once its start-up has mapped exo's extension,
+a moment later.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
-from typing import final
+from typing import Final, final
 
 from ..records import guardian_state, watch_requests
 from ..records.guardian_state import GuardianState
+from ..sweeper.verdicts import Verdict
 from ..system import boot_id
+
+STARTING_SECONDS: Final = 30.0
+"""How young an orphaned spawn child not known to be exo still may show it is: a
+runner maps exo's extension while its main module is imported again, at its start."""
 
 
 @final
@@ -46,3 +57,15 @@ def holder_leaving(home: Path) -> bool:
     yet (starting, or a moment from letting go): worth waiting for."""
     holder = guardian_state.running(home, boot_id())
     return holder is None or holder.leaving
+
+
+def starting(verdicts: Sequence[Verdict], now: float) -> bool:
+    """Whether a spawn child spared as orphaned, not known to be exo, started less
+    than `STARTING_SECONDS` before `now` (`time.time()`): it may be a runner still
+    starting, which will show it is exo's."""
+    return any(
+        verdict.not_known_exo
+        and verdict.process is not None
+        and now - verdict.process.create_time < STARTING_SECONDS
+        for verdict in verdicts
+    )

@@ -61,7 +61,7 @@ from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .cheap_scan import CheapScan
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
-from .leaving import Leaving, holder_leaving
+from .leaving import Leaving, holder_leaving, starting
 from .log import say
 from .pidfile import PidfileReader
 from .stuck import FIRST_RETRY_SCANS, StuckRunners
@@ -178,6 +178,8 @@ class Guardian:
         self._cheap_scan = CheapScan()
         self._pidfile = PidfileReader(settings.exo_pidfile())
         self._pidfile_hangs = False
+        self._starting = False
+        """A young orphan not known to be exo was seen: it may show it is, soon."""
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -250,7 +252,7 @@ class Guardian:
     def _busy(self) -> bool:
         with self._lock:
             self._endings = [thread for thread in self._endings if thread.is_alive()]
-            return bool(self._watched or self._endings)
+            return bool(self._watched or self._endings or self._starting)
 
     def _scan(self) -> None:
         warnings: list[str] = []
@@ -259,6 +261,7 @@ class Guardian:
         table, verdicts = judge(registry, OPTIONS, warnings, self._cheap_scan.candidates())
         named = _named(table, (*self._named, *self._in_pidfile(), *self._leaving.requested()))
         found = watchlist.exo_processes(table, verdicts, named)
+        self._starting = starting(verdicts, time.time())
         if registry is not None:  # before any exit watch: its ending judges by them
             problem = watchlist.remember(registry.path, table, found)
             if problem is not None and problem != self._sightings_problem:
