@@ -224,12 +224,14 @@ class Ledger:
         self._verdicts = verdicts
         self._on_wait = on_wait
         self._record = BegunRecord()
+        self._targets = frozenset(verdict.pid for verdict in verdicts if verdict.action == "kill")
+        """What this ledger is asked about: only their lines are read."""
         self.began = time.monotonic()
 
     def latest(self) -> dict[ProcessIdentity, Ending]:
         """The newest word on each runner, from the registry and the user's record of
         begun endings, in the order they were written."""
-        here = [] if self._path is None else endings.read(self._path, self._boot_id)
+        here = [] if self._path is None else endings.read(self._path, self._boot_id, self._targets)
         begun = self._record.read(self._boot_id)
         return endings.latest(sorted((*here, *begun), key=lambda ending: ending.at))
 
