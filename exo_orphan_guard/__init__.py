@@ -17,7 +17,7 @@ from ._version import __version__
 # they never run): exo's frozen app bundles every module the names below need.
 if TYPE_CHECKING:
     from .exo.worker import prepare_worker
-    from .sweeper.killing import KillResult
+    from .sweeper.engine import KillResult
     from .sweeper.sweep_report import SweepReport
     from .sweeper.sweeping import sweep, sweep_async
     from .sweeper.verdicts import Verdict
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .watch.worker_gone import WorkerGone
 
 _HOMES: Final = {
-    "KillResult": "sweeper.killing",
+    "KillResult": "sweeper.engine",
     "SweepReport": "sweeper.sweep_report",
     "Verdict": "sweeper.verdicts",
     "WorkerGone": "watch.worker_gone",

@@ -15,7 +15,7 @@ from exo_orphan_guard.records.guardian_state import GuardianState
 from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
-from exo_orphan_guard.sweeper.verdicts import Verdict
+from exo_orphan_guard.sweeper.verdicts import NOT_KNOWN_EXO, Verdict
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli, doctor, service_status
@@ -32,7 +32,8 @@ RUNNER = ProcessInfo(
     status="sleeping",
     rss=2**31,
     create_time=1.0,
-    runs_exo=True,
+    exo_evidence="maps exo's extension exo_rs.abi3.so",
+    in_exo_environment=True,
 )
 GUARDIAN = service_status.GuardianFacts(
     manager="systemd",
@@ -69,6 +70,7 @@ def test_a_healthy_node() -> None:
         "settings": "OK",
         "exo patch": "SKIP",
         "orphans": "OK",
+        "not known": "OK",
         "unkillable": "OK",
         "hard kills": "OK",
         "endings under way": "OK",
@@ -90,15 +92,35 @@ def test_orphans_fail_and_say_what_to_run() -> None:
     assert doctor.exit_code(checks) == 1
 
 
+def test_an_orphan_not_known_to_be_exo_is_listed_with_what_ends_it() -> None:
+    reason = f"{NOT_KNOWN_EXO}: nothing shows it runs exo"
+    unknown = Verdict(RUNNER.pid, "spare", reason, None, RUNNER, not_known_exo=True)
+    checks = doctor.assess(dataclasses.replace(HEALTHY, verdicts=(unknown,)))
+    by_name = {check.name: check for check in checks}
+    line = by_name["not known"]
+    assert line.status == "WARN" and "300" in line.detail and "not known to be exo" in line.detail
+    assert "--match" in str(line.next_step) and line.figures == {"pids": [300]}
+    assert by_name["orphans"].status == "OK", "never counted as an orphan a sweep ends"
+    assert doctor.exit_code(checks) == 0
+
+
 def test_stuck_processes_say_reboot() -> None:
     checks = doctor.assess(dataclasses.replace(HEALTHY, stuck=((300, "U"),)))
     unkillable = next(check for check in checks if check.name == "unkillable")
     assert unkillable.status == "FAIL" and "reboot" in str(unkillable.next_step)
 
 
-def test_guard_off_odd_and_registry_problems() -> None:
-    off = statuses(dataclasses.replace(HEALTHY, toggle=settings.Parsed(False)))
-    assert off["guard"] == "WARN"
+def test_guard_off_odd_and_registry_problems(tmp_path: Path) -> None:
+    # The app's user: no toggle anywhere, a guardian running: an all-clear.
+    off = dataclasses.replace(HEALTHY, toggle=settings.Parsed(False))
+    assert statuses(off)["guard"] == "OK" and doctor.exit_code(doctor.assess(off)) == 0
+    # A patched exo named here, the toggle off: its hooks do nothing.
+    series = patching.load_series()[0]
+    patched = dataclasses.replace(
+        off, exo_tree=tmp_path, patch_status=patching.TreeStatus(series, "applied")
+    )
+    (guard,) = [check for check in doctor.assess(patched) if check.name == "guard"]
+    assert guard.status == "WARN" and "=true" in str(guard.next_step)
     odd = settings.parse_toggle("maybe")
     assert statuses(dataclasses.replace(HEALTHY, toggle=odd))["guard"] == "WARN"
     refused = dataclasses.replace(HEALTHY, registry_problem="orphan registry /r is a symlink")
@@ -216,6 +238,7 @@ def test_the_guardian_line_says_whether_it_runs_and_what_to_run_next() -> None:
         "pid": 4242,
         "ended": 1,
         "killed": 1,
+        "linger": None,
     }
     by_hand = _guardian_line(installed=None)
     assert by_hand.status == "OK" and by_hand.next_step == "exo-orphan-guard service install"
@@ -233,6 +256,29 @@ def test_the_guardian_line_says_whether_it_runs_and_what_to_run_next() -> None:
     assert elsewhere.status == "WARN" and elsewhere.next_step == "exo-orphan-guard service run"
 
 
+def test_the_guardian_line_says_it_waits_for_a_registry_it_cannot_use() -> None:
+    problem = "orphan registry /r is writable by others (mode 777): refusing to use it"
+    waiting = _guardian_line(running=None, directory=None, registry_problem=problem)
+    assert waiting.status == "WARN" and waiting.next_step == service_status.REGISTRY_FIX
+    assert waiting.detail == (
+        f"not guarding: it cannot use the registry ({problem}); {service_status.WAITING}"
+    )
+    by_hand = _guardian_line(running=None, directory=None, registry_problem=problem, installed=None)
+    assert by_hand.detail == f"not guarding: it cannot use the registry ({problem})"
+
+
+def test_the_guardian_line_says_when_lingering_is_off() -> None:
+    lingering = _guardian_line(linger=False)
+    assert lingering.status == "WARN" and lingering.next_step == service_status.ENABLE_LINGER
+    assert lingering.detail.endswith(f"; {service_status.LINGER_OFF}")
+    assert lingering.figures["linger"] is False
+    assert _guardian_line(linger=None).status == "OK"
+    by_hand = _guardian_line(linger=False, installed=None)  # nothing for systemd to stop
+    assert by_hand.status == "OK" and service_status.LINGER_OFF not in by_hand.detail
+    stopped = _guardian_line(running=None, linger=False)
+    assert stopped.detail.endswith(service_status.LINGER_OFF)
+
+
 def test_doctor_on_this_machine_finds_a_real_guardian_and_its_stale_state(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,3 +291,19 @@ def test_doctor_on_this_machine_finds_a_real_guardian_and_its_stale_state(
         assert line.next_step == "exo-orphan-guard service install"
     (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
     assert (line.status, line.detail) == ("WARN", "not installed, not running")
+
+
+def test_doctor_on_this_machine_says_the_guardian_cannot_use_the_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "registry"
+    base.mkdir()
+    base.chmod(0o777)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(settings.DIR_ENV, str(base))
+    (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
+    assert line.status == "WARN" and line.next_step == service_status.REGISTRY_FIX
+    assert line.detail.startswith(
+        f"not guarding: it cannot use the registry (orphan registry {base} is writable by "
+        "others (mode 777)"
+    )

@@ -147,7 +147,7 @@ def test_install_print_shows_the_file_and_commands_and_changes_nothing(
     assert printed[0] == f"# {wanted.path}"
     assert "\n".join(printed[1 : 1 + len(wanted.text.splitlines())]) + "\n" == wanted.text
     assert printed[-5:-2] == ["# then, where nothing is installed yet:", *commands]
-    assert printed[-1] == "# (--print: nothing was written or run)"
+    assert printed[-1] == "# (--print: nothing was written, and no command above was run)"
 
 
 @pytest.mark.parametrize("manager", ["launchd", "systemd"])
@@ -260,7 +260,10 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
     assert (registry.path / "guardian.json").is_file()
     assert service.status(context) == 1
     said = capsys.readouterr().out.splitlines()
-    assert said[1] == f"running:   no ({registry.path / 'guardian.json'} names no live guardian)"
+    assert said[1] == (
+        f"running:   no ({registry.path / 'guardian.json'} names pid {guardian.pid}, which is "
+        "gone: it was killed, or it crashed)"
+    )
     assert said[3] == f"-> its log: {service.JOURNAL}"
 
 
@@ -296,3 +299,24 @@ def test_the_cli_prints_what_install_would_write_here(
     assert cli.main(["service", "status", "--json"]) == 1
     document = json.loads(capsys.readouterr().out)
     assert document["installed"] is False and document["running"] is False
+
+
+@pytest.mark.parametrize(
+    ("action", "codes"),
+    [
+        ("run", ["0 stopped", "2 the registry cannot be used", "--mode service it never exits"]),
+        ("install", ["0 installed", "1 not done", "run as root", "2 a setting"]),
+        ("uninstall", ["0 uninstalled", "1 not done"]),
+        ("status", ["0 the guardian runs", "1 it does not"]),
+    ],
+)
+def test_each_service_subcommand_says_its_exit_codes(
+    action: str, codes: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["service", action, "--help"])
+    assert exited.value.code == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Exit codes:" in said
+    for code in codes:
+        assert code in said

@@ -73,21 +73,31 @@ def test_unit_words_are_escaped_as_systemd_reads_them(home: Path) -> None:
     assert 'ExecStart="/venv $HOME/python" -m "$$x" service run --mode service\n' in unit
 
 
-def test_the_environment_passed_is_exos_directories_and_the_guards_settings() -> None:
+def test_the_environment_passed_is_what_the_guardian_reads() -> None:
+    """exo's directories and the guardian's own settings; not the toggle, the runners'
+    strategy, the CLI's ssh settings, nor what the guard sets in one worker's runners
+    (`EXO_ORPHAN_GUARD=maybe` in the shell is no business of the service's)."""
     environ = {
         **ENVIRON,
-        "EXO_ORPHAN_GUARD": "1",
+        "EXO_ORPHAN_GUARD": "maybe",
         "EXO_ORPHAN_GUARD_RUNNER": "9:1.0",
         "EXO_ORPHAN_GUARDIAN": "not ours",
+        "EXO_ORPHAN_GUARD_STRATEGY": "pidfd",
+        "EXO_ORPHAN_GUARD_SSH_COMMAND": "ssh -q",
         "EXO_ORPHAN_GUARD_BUSY_WAIT": "300",
+        "EXO_ORPHAN_GUARD_SCAN_INTERVAL": "5",
+        "EXO_ORPHAN_GUARD_BACKEND": "portable",
+        "EXO_ORPHAN_GUARD_DIR": "/r",
         "XDG_CACHE_HOME": "/c",
         "XDG_CONFIG_HOME": "/not-exos-cache",
     }
     assert service_files.passed_environment(environ) == (
         ("EXO_HOME", ".exo-test"),
-        ("EXO_ORPHAN_GUARD", "1"),
+        ("EXO_ORPHAN_GUARD_BACKEND", "portable"),
         ("EXO_ORPHAN_GUARD_BUSY_WAIT", "300"),
+        ("EXO_ORPHAN_GUARD_DIR", "/r"),
         ("EXO_ORPHAN_GUARD_GRACE", "5"),
+        ("EXO_ORPHAN_GUARD_SCAN_INTERVAL", "5"),
         ("XDG_CACHE_HOME", "/c"),  # where exo keeps its cache on Linux: the markers
     )
 

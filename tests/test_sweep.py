@@ -18,15 +18,14 @@ import pytest
 
 from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper import killing
 from exo_orphan_guard.sweeper.sweeping import sweep
-from exo_orphan_guard.system import settings
+from exo_orphan_guard.system import settings, signalling
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import report_of, run_cli
-from tests.helpers.processes import NOBODY, start_orphan, started_child
+from tests.helpers.processes import NOBODY, start_deaf_orphan, start_orphan, started_child
 from tests.helpers.sweeps import gone, killed_pids, orphaned_runners
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to plant processes")
@@ -108,35 +107,33 @@ def test_match_any_parent_kills_matching_processes_under_a_live_parent(
     assert gone([rank]) and liveness(parent) == "alive"
 
 
-@pytest.mark.machine_wide
-def test_an_orphan_that_ignores_sigterm_is_killed_after_the_grace(exo_python: str) -> None:
-    worker = scenarios.start_worker(["deaf"], watch="none", python=exo_python)
-    try:
-        members = orphaned_runners(worker)
-        report = sweep(grace=0.5)
-        (result,) = [result for result in report.results if result.target == members[0]]
-        assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
-        assert report.elapsed_seconds >= 0.5 and gone(members)
-    finally:
-        scenarios.cleanup(worker)
+def test_an_orphan_that_ignores_sigterm_is_killed_after_the_grace(
+    planted: list[ProcessIdentity], tmp_path: Path
+) -> None:
+    token = f"eog-deaf-{uuid.uuid4().hex}"
+    orphan = start_deaf_orphan(token, tmp_path)
+    planted.append(orphan)
+    report = sweep(match=re.escape(token), grace=0.5, fingerprint=False)
+    (result,) = [result for result in report.results if result.target == orphan]
+    assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
+    assert report.elapsed_seconds >= 0.5 and gone([orphan])
 
 
-@pytest.mark.machine_wide
-def test_a_sweep_stopped_during_the_grace_still_finishes_the_kill(exo_python: str) -> None:
+def test_a_sweep_stopped_during_the_grace_still_finishes_the_kill(
+    planted: list[ProcessIdentity], tmp_path: Path
+) -> None:
     """Stopping ends a sweep's waits for what ends by itself, never a kill it has begun:
     half-sent, it would leave an orphan that ignored SIGTERM running."""
-    worker = scenarios.start_worker(["deaf"], watch="none", python=exo_python)
-    try:
-        members = orphaned_runners(worker)
-        stop = threading.Event()
-        threading.Timer(0.2, stop.set).start()
-        report = sweep(grace=1.0, stop=stop)
-        assert stop.is_set()
-        (result,) = [result for result in report.results if result.target == members[0]]
-        assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
-        assert report.elapsed_seconds >= 1.0 and gone(members)
-    finally:
-        scenarios.cleanup(worker)
+    token = f"eog-deaf-{uuid.uuid4().hex}"
+    orphan = start_deaf_orphan(token, tmp_path)
+    planted.append(orphan)
+    stop = threading.Event()
+    threading.Timer(0.2, stop.set).start()
+    report = sweep(match=re.escape(token), grace=1.0, fingerprint=False, stop=stop)
+    assert stop.is_set()
+    (result,) = [result for result in report.results if result.target == orphan]
+    assert result.outcome == "killed" and result.signals == ("SIGTERM", "SIGKILL")
+    assert report.elapsed_seconds >= 1.0 and gone([orphan])
 
 
 # --- decoys survive ---------------------------------------------------------------
@@ -185,7 +182,9 @@ def test_decoys_all_survive_a_sweep(
         assert not suspects & decoy_pids, reports
         spared = {entry["pid"]: entry["reason"] for entry in reports[0]["spared"]}
         assert "uid" in spared[nobody.pid]
-        assert spared[live_unguarded.runners[0].identity.pid].startswith("its parent")
+        # exo's runner: its live parent shows exo (the stand-in extension mapped).
+        unguarded_runner = live_unguarded.runners[0].identity.pid
+        assert spared[unguarded_runner].startswith(f"runner of exo {live_unguarded.pid}")
         # Another program's spawn children are not exo's business at all.
         assert foreign_program.runners[0].identity.pid not in spared
         guarded_runner = live_guarded.runners[0].identity.pid
@@ -302,20 +301,24 @@ def test_an_injected_survivor_is_reported_unkillable_with_exit_code_1(
     worker = scenarios.start_worker(["idle"], watch="none", python=exo_python)
     try:
         (runner,) = orphaned_runners(worker)
-        real_send = killing.send_signal
+        real_send, real_interrupt = signalling.send, signalling.interrupt
 
-        def deaf_to_everything(pid: int, number: int) -> None:
-            if pid != runner.pid:
-                real_send(pid, number)
+        def deaf_to_everything(target: ProcessIdentity, number: int) -> signalling.Delivery:
+            return "sent" if target == runner else real_send(target, number)
 
-        monkeypatch.setattr(killing, "send_signal", deaf_to_everything)
+        def deaf_to_sigint(target: ProcessIdentity) -> signalling.Delivery:
+            return "sent" if target == runner else real_interrupt(target)
+
+        monkeypatch.setattr(signalling, "send", deaf_to_everything)
+        monkeypatch.setattr(signalling, "interrupt", deaf_to_sigint)
         code = cli.main(["sweep", "--json", "--grace", "0.1"])
         document = json.loads(capsys.readouterr().out)
         assert code == 1 and document["exit_code"] == 1
         (result,) = [result for result in document["results"] if result["pid"] == runner.pid]
         assert result["outcome"] == "unkillable" and "reboot" in result["advice"]
         assert liveness(runner) == "alive"
-        monkeypatch.setattr(killing, "send_signal", real_send)
+        monkeypatch.setattr(signalling, "send", real_send)
+        monkeypatch.setattr(signalling, "interrupt", real_interrupt)
         assert cli.main(["sweep", "--grace", "0.1"]) == 0
         assert gone([runner])
     finally:

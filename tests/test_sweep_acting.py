@@ -20,14 +20,14 @@ import pytest
 from exo_orphan_guard import system
 from exo_orphan_guard.records.registry import Registry, host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper import killing
 from exo_orphan_guard.sweeper.sweeping import sweep
+from exo_orphan_guard.system import signalling
 from exo_orphan_guard.system._linux import read_stat
 from exo_orphan_guard.system.identity import ProcessIdentity, liveness
 from exo_orphan_guard.tools import cli
 from tests.conftest import StartWorker
 from tests.helpers.cli import report_of, run_cli
-from tests.helpers.processes import sleeper, start_orphan
+from tests.helpers.processes import start_deaf_orphan, start_orphan
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="plants processes via /proc")
 
@@ -47,26 +47,28 @@ def state_of(identity: ProcessIdentity) -> str | None:
 
 _DIE_AFTER_FIRST_STOP = """
 import os, signal, sys
-from exo_orphan_guard.sweeper import killing
+from exo_orphan_guard.system import signalling
 from exo_orphan_guard.sweeper.sweeping import sweep
 
-real = killing.send_signal
+real = signalling.send
 
-def send(pid: int, number: int) -> None:
-    real(pid, number)
+def send(target, number):
+    delivery = real(target, number)
     if number == signal.SIGSTOP:
         os.kill(os.getpid(), signal.SIGKILL)  # the sweeper dies with its target frozen
+    return delivery
 
-killing.send_signal = send
+signalling.send = send
 sweep(match=sys.argv[1], any_parent=True, fingerprint=False, grace=0.2)
 """
 
 
 def test_what_a_dead_sweeper_froze_is_continued_by_the_next_sweep(
-    planted: list[ProcessIdentity], isolated_environment: Path
+    planted: list[ProcessIdentity], isolated_environment: Path, tmp_path: Path
 ) -> None:
+    # It outlives SIGTERM: a sweep freezes a tree only before SIGKILL.
     token = f"eog-frozen-{uuid.uuid4().hex}"
-    target = start_orphan(sleeper(token))
+    target = start_deaf_orphan(token, tmp_path)
     planted.append(target)
     dying = subprocess.run(
         [sys.executable, "-c", _DIE_AFTER_FIRST_STOP, token], check=False, capture_output=True
@@ -81,19 +83,20 @@ def test_what_a_dead_sweeper_froze_is_continued_by_the_next_sweep(
 
 
 def test_an_interrupted_sweep_leaves_nothing_stopped(
-    planted: list[ProcessIdentity], monkeypatch: pytest.MonkeyPatch
+    planted: list[ProcessIdentity], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     token = f"eog-ctrl-c-{uuid.uuid4().hex}"
-    target = start_orphan(sleeper(token))
+    target = start_deaf_orphan(token, tmp_path)
     planted.append(target)
-    real = killing.send_signal
+    real = signalling.send
 
-    def interrupt_after_stop(pid: int, number: int) -> None:
-        real(pid, number)
+    def interrupt_after_stop(target: ProcessIdentity, number: int) -> signalling.Delivery:
+        delivery = real(target, number)
         if number == signal.SIGSTOP:
             raise KeyboardInterrupt
+        return delivery
 
-    monkeypatch.setattr(killing, "send_signal", interrupt_after_stop)
+    monkeypatch.setattr(signalling, "send", interrupt_after_stop)
     with pytest.raises(KeyboardInterrupt):
         sweep(match=token, any_parent=True, fingerprint=False, grace=0.2)
     assert state_of(target) in RUNNING
@@ -145,21 +148,21 @@ def test_a_filesystem_without_locks_is_a_warning(
 _RUNNER_DIES_FIRST = """
 import json, os, signal, sys, time
 from exo_orphan_guard import system
-from exo_orphan_guard.sweeper import killing
+from exo_orphan_guard.sweeper import engine
 from exo_orphan_guard.system.identity import identity_of
 from exo_orphan_guard.sweeper.sweeping import sweep
 
 runner, child = identity_of(int(sys.argv[1])), int(sys.argv[2])
-real_execute = killing.execute
+real_end = engine.end
 
-def runner_dies_first(targets, *rest):
-    if runner in targets:
+def runner_dies_first(targets, *rest, **named):
+    if any(target.identity == runner for target in targets):
         os.kill(runner.pid, signal.SIGKILL)
         while system.parent_pid(child) == runner.pid:  # until it is reparented
             time.sleep(0.001)
-    return real_execute(targets, *rest)
+    return real_end(targets, *rest, **named)
 
-killing.execute = runner_dies_first
+engine.end = runner_dies_first
 report = sweep(grace=0.2, fingerprint=False)
 print(json.dumps([verdict.rule for verdict in report.targets]))
 """

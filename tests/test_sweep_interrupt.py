@@ -17,8 +17,8 @@ from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import notes as runner_notes
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.sweeper.killing import FirstStep
-from exo_orphan_guard.sweeper.sweep_endings import ended_step, first_steps
+from exo_orphan_guard.sweeper.engine import FirstStep
+from exo_orphan_guard.sweeper.sweep_endings import Bounds, ended_step, first_step
 from exo_orphan_guard.sweeper.verdicts import Verdict
 from exo_orphan_guard.system import boot_id, settings
 from exo_orphan_guard.system.identity import ProcessIdentity
@@ -132,8 +132,8 @@ def test_only_unrecorded_exo_runners_get_sigint_and_the_busy_wait() -> None:
         _verdict(12, "match"),
         _verdict(13, None, "spare"),
     ]
-    steps = first_steps(verdicts, grace=10.0, interrupt_wait=120.0)
-    by_pid = {target.pid: step for target, step in steps.items()}
+    bounds = Bounds(grace=10.0, interrupt_wait=120.0, kill_wait=2.0)
+    by_pid = {v.pid: first_step(v, bounds) for v in verdicts if v.action == "kill"}
     assert by_pid == {
         10: FirstStep("SIGINT", 120.0),
         11: FirstStep("SIGTERM", 10.0),
@@ -141,9 +141,7 @@ def test_only_unrecorded_exo_runners_get_sigint_and_the_busy_wait() -> None:
     }
     # One that ignores SIGINT (started in the background from a script): SIGTERM.
     deaf = Verdict(Pid(14), "kill", "why", "fingerprint", replace(proc(14), ignores_sigint=True))
-    assert [step.signal for step in first_steps([deaf], 10.0, 120.0).values()] == ["SIGTERM"]
-    # Inside exo's worker (no interrupt wait): SIGTERM and the grace, as before.
-    assert {s.signal for s in first_steps(verdicts, 10.0, None).values()} == {"SIGTERM"}
+    assert first_step(deaf, bounds).signal == "SIGTERM"
 
 
 def test_after_sigint_a_runner_has_the_busy_wait_and_never_less_than_the_grace() -> None:

@@ -65,7 +65,7 @@ def test_a_sweeps_kills_are_logged_with_its_summary(log_lines: list[str], tmp_pa
         report = sweep()
         assert orphan.pid in {result.target.pid for result in report.results}
         worker.log_report(report, "worker start")
-        assert any(f"killed orphan {orphan.pid}" in line for line in log_lines), log_lines
+        assert any(f"ended orphan {orphan.pid}" in line for line in log_lines), log_lines
         assert any("sweep before worker start: " in line for line in log_lines), log_lines
     finally:
         scenarios.cleanup(stranded)

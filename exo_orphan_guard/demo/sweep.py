@@ -4,9 +4,10 @@ An unguarded worker (the guard off, as before this package was installed) runs f
 environment that looks like exo's and has two runners: an idle one, and rank 0 of an
 MLX group waiting inside `mx.distributed.init()` for its peer. It is SIGKILLed. The
 real command line lists the orphans and explains the error the next runner would hit.
-Then a new worker starts with the guard on: its start-up sweep
-(the one exo's worker hook, `guard_exo_worker()`, runs) kills the leftovers and
-logs them, and the next group forms on the same ports. `doctor` closes the demo.
+Then a new worker starts with the guard on: its start-up sweep (the one exo's worker
+hook, `guard_exo_worker()`, runs) ends the leftovers (SIGINT: they unwind through
+Python) and logs them, and the next group forms on the same ports. `doctor` closes
+the demo.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ import threading
 
 from loguru import logger
 
-from ..sweeper.sweeping import sweep
+from ..sweeper.sweeping import DEFAULT_KILL_WAIT_SECONDS, DEFAULT_LOCK_TIMEOUT_SECONDS, sweep
 from ..system.once import warn_once
-from ..system.settings import guard_enabled
+from ..system.settings import busy_wait_setting, grace_setting, guard_enabled, interrupt_bound
 from .guardian_start import ensure_guardian
 from .worker import log_report
 
@@ -32,13 +32,19 @@ _done = threading.Event()
 
 def guard_exo_worker() -> None:
     """Sweep, then a guardian (started on a thread of its own), once per process;
-    returns when the sweep has ended (bounded by the busy wait and the grace). exo
-    makes a new Worker at every election: a later caller returns at once, or when the
-    first caller's sweep ends."""
+    returns when the sweep has ended (bounded by the lock's timeout, the busy wait and
+    the wait after SIGKILL). A new master's election makes a new Worker: a later
+    caller returns when the first caller's sweep ends, and never waits longer than
+    that sweep's bound."""
     if not _enabled():
         return
     if not _started.acquire(blocking=False):
-        _done.wait()
+        bound = _sweep_bound()
+        if not _done.wait(bound):
+            logger.warning(
+                f"orphan guard: the first worker's sweep still runs after {bound:g} s: "
+                "this worker does not wait for it any longer"
+            )
         return
     try:
         _sweep("the worker's plan loop")
@@ -71,6 +77,13 @@ def _sweep(reason: str) -> None:
         logger.opt(exception=error).warning(f"orphan guard: sweep before {reason} failed")
         return
     log_report(report, reason)
+
+
+def _sweep_bound() -> float:
+    """The longest a sweep runs: its lock's timeout, then a runner's wait after SIGINT
+    (the busy wait, never less than the grace), then the wait after SIGKILL."""
+    interrupt_wait = interrupt_bound(busy_wait_setting().value, grace_setting().value)
+    return DEFAULT_LOCK_TIMEOUT_SECONDS + interrupt_wait + DEFAULT_KILL_WAIT_SECONDS
 
 
 def _enabled() -> bool:

@@ -46,9 +46,10 @@ def log_report(report: SweepReport, reason: str) -> None:
                 f"(state {result.stuck_state or '?'}): {result.advice}"
             )
         else:
+            sent = ", ".join(result.signals) or "no signal"
             logger.warning(
-                f"orphan guard: killed orphan {result.target.pid}{labels} "
-                f"({verdict.reason}; rule {verdict.rule})"
+                f"orphan guard: ended orphan {result.target.pid}{labels} {result.ended} "
+                f"({sent}; {verdict.reason}; rule {verdict.rule})"
             )
     elapsed_ms = report.elapsed_seconds * 1000
     message = f"orphan guard: sweep before {reason}: {report.summary()} in {elapsed_ms:.0f} ms"

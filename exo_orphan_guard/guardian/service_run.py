@@ -7,9 +7,10 @@ guardian:
 
 1. ends what was orphaned while it was not running (a sweep of every process);
 2. every scan interval, judges the process table as a sweep does
-   (`judging.judge`), starts an exit watch on each exo process with runners it has
-   not seen (pidfd on Linux, kqueue on macOS, polling on the portable backend), and
-   ends any orphan the scan finds (an exo killed between two scans);
+   (`judging.judge`, its command-line pass replaced by `CheapScan`, which reads only
+   what is new), starts an exit watch on each exo process with runners it has not
+   seen (pidfd on Linux, kqueue on macOS, polling on the portable backend), and ends
+   any orphan the scan finds (an exo killed between two scans);
 3. when a watched exo process exits, ends the runners last seen under it at once,
    judging only them (a few milliseconds), then scans again. An exo whose hooks hand
    its runners their own Shutdown (`handover_marker`) has them left alone for the
@@ -17,12 +18,12 @@ guardian:
    whichever ending finds them, since a scan or the start-up sweep may read the
    table after that exo died and act before its exit watch does.
 
-Each ending is a sweep without the registry's lock (`SweepRequest.locked`), in a
-thread of its own, so that a busy runner's wait never delays another exo's: an exo
-runner gets SIGINT (KeyboardInterrupt unwinds it through Python), the busy wait,
-then SIGKILL; a guarded runner (recorded) is left to its own watch until its
-deadline, as a sweep leaves it. The verdicts are the sweep's, so every never-kill
-rule holds. A target is claimed by one ending at a time.
+Each ending (`endings.end_runners`) judges as a sweep does, so every never-kill rule
+holds, and ends through the sweep's engine, in a thread of its own, so that a busy
+runner's wait never delays another exo's: an exo runner gets SIGINT on its main
+thread (KeyboardInterrupt unwinds it through Python), the busy wait, then SIGKILL; a
+guarded runner (recorded) is left to its own watch until its deadline, as a sweep
+leaves it. A target is claimed by one ending at a time.
 """
 
 from __future__ import annotations
@@ -41,24 +42,22 @@ from typing import Final, final
 
 from .._version import __version__
 from ..records import handover_marker
-from ..records.endings import How
 from ..records.guardian_state import GuardianState, Mode, clear_state, guardian_lock, write_state
 from ..records.registry import Registry
 from ..sweeper.judging import judge
-from ..sweeper.killing import KillResult
 from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
-from ..sweeper.sweeping import SweepRequest, run_sweep
-from ..sweeper.verdicts import SweepOptions
+from ..sweeper.sweep_endings import Bounds
+from ..sweeper.verdicts import Verdict
 from ..system import boot_id, settings
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
-from . import watchlist
+from . import registry_wait, watchlist
+from .cheap_scan import CheapScan
+from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
 
-KILL_WAIT_SECONDS: Final = 2.0
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
-_OPTIONS: Final = SweepOptions(fingerprint=True)
 
 
 def say(line: str) -> None:
@@ -70,15 +69,12 @@ def run(
     mode: Mode = "foreground", *, leave_when_idle: bool = False, watch: Sequence[int] = ()
 ) -> int:
     """Guard until SIGTERM, SIGINT or SIGHUP (or, `leave_when_idle`, until no exo is
-    left to watch); 0, or 2 if the registry cannot be opened. `watch`: exo processes
-    to watch before they have runners (the worker that started this guardian). Started
-    by exo's worker (`mode="worker"`), a guardian finding another one running leaves
-    at once: no supervisor restarts it, and the other one guards."""
-    base = settings.registry_dir()
-    registry, problem = Registry.open(base, create=True)
-    if registry is None:
-        say(f"cannot guard: {problem or f'no registry at {base}'}")
-        return 2
+    left to watch); 0, or 2 if the registry cannot be used. Run as a service, it waits
+    for the registry instead (`registry_wait`): launchd and systemd would restart an
+    exit forever. `watch`: exo processes to watch before they have runners (the worker
+    that started this guardian). Started by exo's worker (`mode="worker"`), a guardian
+    finding another one running leaves at once: no supervisor restarts it, and the
+    other one guards."""
     stop = threading.Event()
     wake: queue.SimpleQueue[ProcessIdentity | None] = queue.SimpleQueue()
 
@@ -90,6 +86,20 @@ def run(
 
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, stopping)
+
+    base = settings.registry_dir()
+    if mode == "service":
+        registry = registry_wait.wait_for_registry(
+            lambda: registry_wait.usable_registry(base), stop, say
+        )
+        if registry is None:
+            say("stopped")
+            return 0
+    else:
+        registry, problem = registry_wait.usable_registry(base)
+        if registry is None:
+            say(f"cannot guard: {problem}")
+            return 2
 
     def waiting() -> None:
         if mode == "worker":
@@ -132,10 +142,16 @@ class Guardian:
         """Runners last seen under such a process, while they live: whichever ending
         finds them once it is dead (its exit watch, a scan, the start-up sweep reading
         the table late) leaves them alone for the grace first."""
+        self._handed_deaths: dict[ProcessIdentity, float] = {}
+        """Such processes that died, with when (`time.monotonic()`): a runner one of
+        them spawned less than a scan before it died was never seen under it, but it
+        started after it, and it is found orphaned within the grace."""
         self._exit_watches: set[ProcessIdentity] = set()
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
-        self._claimed: set[ProcessIdentity] = set()
+        self._claims = Claims()
+        self._sightings_problem: str | None = None
+        self._cheap_scan = CheapScan()
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -145,13 +161,17 @@ class Guardian:
             if warning is not None:
                 say(warning)
         self._interval = interval.value
-        self._grace = grace.value
-        self._interrupt_wait = settings.interrupt_bound(busy.value, grace.value)
+        self._bounds = Bounds(
+            grace=grace.value,
+            interrupt_wait=settings.interrupt_bound(busy.value, grace.value),
+            kill_wait=KILL_WAIT_SECONDS,
+        )
 
     def guard(self) -> None:
         say(
             f"watching for exo processes of uid {os.geteuid()} (pid {os.getpid()}, "
-            f"scan every {self._interval:g} s, SIGKILL {self._interrupt_wait:g} s after SIGINT, "
+            f"scan every {self._interval:g} s, "
+            f"SIGKILL {self._bounds.interrupt_wait:g} s after SIGINT, "
             f"registry {settings.registry_dir()})"
         )
         self._end(_FULL_SCAN, "start-up sweep")
@@ -165,13 +185,13 @@ class Guardian:
             if dead is not None:
                 runners, handover = self._forget(dead)
                 if runners:
-                    first = f"the grace ({self._grace:g} s) to take their own Shutdown, then "
+                    grace = self._bounds.grace
+                    first = f"the grace ({grace:g} s) to take their own Shutdown, then "
                     say(
                         f"exo {dead.pid} exited: ending its {len(runners)} runner(s): "
-                        f"{first if handover else ''}SIGINT"
+                        f"{first if handover and grace > 0 else ''}SIGINT"
                     )
-                    pids = [runner.pid for runner in runners]
-                    self._end(pids, f"exo {dead.pid} exited", self._grace if handover else 0.0)
+                    self._end([runner.pid for runner in runners], f"exo {dead.pid} exited")
                 handover_marker.remove(settings.registry_dir(), dead.pid)
                 next_scan = time.monotonic()  # runners started since the last scan
                 continue
@@ -192,18 +212,25 @@ class Guardian:
 
     def _scan(self) -> None:
         warnings: list[str] = []
-        registry, _ = Registry.open(settings.registry_dir(), create=False)
-        table, verdicts = judge(registry, _OPTIONS, warnings)
+        base = settings.registry_dir()
+        registry, _ = Registry.open(base, create=False)
+        table, verdicts = judge(registry, OPTIONS, warnings, self._cheap_scan.candidates())
         named = _named(table, (*self._named, *_pid_in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
+        if registry is not None:  # before any exit watch: its ending judges by them
+            problem = watchlist.remember(registry.path, table, found)
+            if problem is not None and problem != self._sightings_problem:
+                say(problem)
+            self._sightings_problem = problem
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
-        base = settings.registry_dir()
         handing_over = {
             process
             for process in found
             if process in starts and handover_marker.hands_over(base, process.pid, starts[process])
         }
         with self._lock:
+            # Said of an exo already watched: its marker came after its first scan.
+            newly_handing = (handing_over - self._handing_over) & set(self._watched)
             self._handing_over = (self._handing_over & set(found)) | handing_over
             listed = {info.identity for info in table.processes.values() if not info.exited}
             self._handed = {runner for runner in self._handed if runner in listed} | {
@@ -211,22 +238,24 @@ class Guardian:
             }
             new = watchlist.newly_watched(self._watched, found)
             self._watched = dict(found)
-            claimed = set(self._claimed)
             unwatched = [process for process in new if process not in self._exit_watches]
             self._exit_watches.update(unwatched)
         for process in new:
             handover = ", which hand themselves their Shutdown" if process in handing_over else ""
             say(f"watching exo {process.pid} ({len(found[process])} runner(s){handover})")
+        for process in newly_handing:
+            say(f"exo {process.pid}: its runners hand themselves their Shutdown (its marker)")
         for process in unwatched:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
             ).start()
+        taken = self._claims.taken()
         orphans = [
             verdict.pid
             for verdict in verdicts
             if verdict.action == "kill"
             and verdict.process is not None
-            and verdict.process.identity not in claimed
+            and verdict.process.identity not in taken
         ]
         if orphans:
             self._end(orphans, "orphans found by a scan")
@@ -242,75 +271,52 @@ class Guardian:
             self._exit_watches.discard(process)
             handover = process in self._handing_over
             self._handing_over.discard(process)
+            if handover:
+                self._handed_deaths[process] = time.monotonic()
             return self._watched.pop(process, frozenset()), handover
 
-    def _end(
-        self, candidates: Collection[int] | None, why: str, handover_wait: float = 0.0
-    ) -> None:
+    def _handed_now(self, verdicts: Sequence[Verdict]) -> set[ProcessIdentity]:
+        """The targets among `verdicts` that hand themselves exo's own Shutdown: seen
+        under a process whose hooks do, or started after one that died less than the
+        grace ago (spawned too late to be seen: the grace first only delays it)."""
+        now = time.monotonic()
+        with self._lock:
+            self._handed_deaths = {
+                process: died
+                for process, died in self._handed_deaths.items()
+                if now - died < self._bounds.grace
+            }
+            handed = set(self._handed)
+            recent = list(self._handed_deaths)
+        for verdict in verdicts:
+            process = verdict.process
+            if verdict.action != "kill" or process is None:
+                continue
+            if any(process.started >= died.started for died in recent):
+                handed.add(process.identity)
+        return handed
+
+    def _end(self, candidates: Collection[int] | None, why: str) -> None:
         """End what the sweep's verdicts mark among `candidates` (None: every process),
-        in a thread of its own; `handover_wait`: see `SweepRequest`."""
+        in a thread of its own."""
         if candidates is not None and not candidates:
             return
         thread = threading.Thread(
-            target=self._ending,
-            args=(candidates, why, handover_wait),
+            target=end_runners,
+            args=(candidates, why),
+            kwargs={
+                "bounds": self._bounds,
+                "claims": self._claims,
+                "handed": self._handed_now,
+                "stop": self._stop,
+                "say": say,
+            },
             name="ending",
             daemon=True,
         )
         with self._lock:
             self._endings.append(thread)
         thread.start()
-
-    def _ending(self, candidates: Collection[int] | None, why: str, handover_wait: float) -> None:
-        mine: list[ProcessIdentity] = []
-
-        def claim(targets: Sequence[ProcessIdentity]) -> Collection[ProcessIdentity]:
-            with self._lock:
-                free = [target for target in targets if target not in self._claimed]
-                handed: list[ProcessIdentity] = []
-                if handover_wait <= 0 < self._grace:
-                    handed = [target for target in free if target in self._handed]
-                    free = [target for target in free if target not in handed]
-                self._claimed.update(free)
-            mine.extend(free)
-            if handed:  # an ending of its own, with the grace first
-                pids = [target.pid for target in handed]
-                self._end(pids, f"{why}: runners handed their own Shutdown", self._grace)
-            return free
-
-        request = SweepRequest(
-            options=_OPTIONS,
-            dry_run=False,
-            registry_dir=None,
-            grace=self._grace,
-            kill_wait=KILL_WAIT_SECONDS,
-            lock_timeout=0.0,
-            on_wait=say,
-            stop=self._stop,
-            interrupt_wait=self._interrupt_wait,
-            by="guardian",
-            locked=False,
-            candidates=None if candidates is None else frozenset(candidates),
-            claim=claim,
-            handover_wait=handover_wait,
-        )
-        try:
-            report = run_sweep(request, [], time.monotonic())
-            for warning in report.warnings:
-                say(f"{why}: {warning}")
-            for result in report.results:
-                say(f"{why}: {describe(result)}")
-        finally:
-            with self._lock:
-                self._claimed.difference_update(mine)
-
-
-def describe(result: KillResult) -> str:
-    how: How | None = result.ended
-    if result.outcome == "unkillable":
-        return f"runner {result.target.pid} survived SIGKILL: {result.advice}"
-    by = result.last_signal or "no signal"
-    return f"runner {result.target.pid} ended {how} ({', '.join(result.signals) or by})"
 
 
 def _pid_in_pidfile() -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final, final
 
 from .. import system
+from ..system import signalling
 from ..system.identity import ProcessIdentity, liveness
 
 JOURNAL_PREFIX: Final = "frozen-"
@@ -61,10 +62,9 @@ def thaw_abandoned(directory: Path) -> list[ProcessIdentity]:
         if liveness(sweeper) != "gone":
             continue  # still sweeping (or unreadable): its freeze is its own business
         for member in _members(path):
-            if liveness(member) == "alive" and system.is_stopped(member.pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(member.pid, signal.SIGCONT)
-                    continued.append(member)
+            stopped = liveness(member) == "alive" and system.is_stopped(member.pid)
+            if stopped and signalling.send(member, signal.SIGCONT) == "sent":
+                continued.append(member)
         with contextlib.suppress(OSError):
             os.unlink(path)
     return continued

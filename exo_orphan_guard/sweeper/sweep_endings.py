@@ -1,65 +1,84 @@
-"""What a sweep makes of endings: which first step each target gets, it waits for
-runners ending cleanly (or being ended by another sweeper), says how each orphan it
-ended went, and writes that down for `doctor`.
+"""How each judged target is to be ended (`plan`, pure), and the ledger a sweeper
+keeps of its endings in `endings.jsonl` (`Ledger`): what it has begun, so that no
+other sweeper signals the same runner again, and how each ended, for `doctor`.
 
-All but `write` and `write_begun` are pure (records and endings in, steps, deadlines
-and labels out).
+The guardian, the CLI's sweep and exo's worker hook all plan with `plan` and write
+with a `Ledger`; `engine.end` does what lies between.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final, final
 
 from ..records import endings
 from ..records.endings import By, Ending, EndSignal, How, Step
 from ..system.identity import ProcessIdentity
 from ..system.settings import WEDGE_SECONDS
-from .killing import FirstStep, KillResult
+from .engine import FirstStep, KillResult, Target
 from .verdicts import Verdict
 
+_HANDED_OVER: Final = "its worker's hooks hand it exo's own Shutdown"
 
-def first_steps(
-    verdicts: Sequence[Verdict], grace: float, interrupt_wait: float | None
-) -> dict[ProcessIdentity, FirstStep]:
-    """What each target gets first. An unrecorded exo runner (the fingerprint rule):
-    SIGINT, then `interrupt_wait` (the busy wait) when given, since it has no handler
-    of its own and KeyboardInterrupt unwinds it through Python, where SIGTERM's
-    default action runs none; unless it ignores SIGINT (nothing then ends it the
-    clean way from outside: waiting out the busy wait would only delay the kill).
+
+@final
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How long each step may take, in seconds."""
+
+    grace: float
+    """From SIGTERM to SIGKILL."""
+    interrupt_wait: float
+    """From SIGINT to SIGKILL, for an exo runner: the busy wait (it may be in native
+    code, taking SIGINT when its call returns), never less than the grace."""
+    kill_wait: float
+    """From SIGKILL until a process still there is reported stuck in the kernel."""
+
+
+def first_step(verdict: Verdict, bounds: Bounds) -> FirstStep:
+    """An exo runner (the fingerprint rule): SIGINT, then the busy wait, since it has
+    no handler of its own and KeyboardInterrupt unwinds it through Python, where
+    SIGTERM's default action runs none; unless it ignores SIGINT (nothing then ends it
+    the clean way from outside: waiting out the busy wait would only delay the kill).
     Everything else: SIGTERM (a guarded runner's handler asks for its clean ending),
     then the grace."""
-    steps: dict[ProcessIdentity, FirstStep] = {}
+    process = verdict.process
+    if verdict.rule == "fingerprint" and process is not None and process.ignores_sigint is not True:
+        return FirstStep("SIGINT", bounds.interrupt_wait)
+    return FirstStep("SIGTERM", bounds.grace)
+
+
+def plan(
+    verdicts: Sequence[Verdict],
+    latest: Mapping[ProcessIdentity, Ending],
+    now: float,
+    bounds: Bounds,
+    *,
+    wait_for_endings: bool = True,
+    handed: Collection[ProcessIdentity] = (),
+    handover_wait: float = 0.0,
+) -> list[Target]:
+    """Each target of `verdicts` with its first step and, if it is ending by itself,
+    until when it is left alone: a recorded runner whose clean ending has not ended,
+    one another sweeper has begun to end (`patience`; not with `wait_for_endings`
+    False, `sweep --now`), and one of `handed` (runners whose worker's hooks hand them
+    exo's own Shutdown) for `handover_wait`: a SIGINT would cut exo's own
+    `Runner.shutdown` short."""
+    waits = patience(verdicts, latest, now) if wait_for_endings else {}
+    targets: list[Target] = []
     for verdict in verdicts:
         if verdict.action != "kill" or verdict.process is None:
             continue
-        takes_sigint = verdict.process.ignores_sigint is not True
-        if interrupt_wait is not None and verdict.rule == "fingerprint" and takes_sigint:
-            steps[verdict.process.identity] = FirstStep("SIGINT", interrupt_wait)
-        else:
-            steps[verdict.process.identity] = FirstStep("SIGTERM", grace)
-    return steps
-
-
-def handed_over(
-    verdicts: Sequence[Verdict],
-    targets: Collection[ProcessIdentity],
-    waits: Mapping[ProcessIdentity, float],
-) -> list[ProcessIdentity]:
-    """Targets that end by themselves if left alone: unrecorded exo runners (the
-    fingerprint rule) of a worker whose hooks hand them their Shutdown, not already
-    waited for."""
-    return [
-        verdict.process.identity
-        for verdict in verdicts
-        if verdict.action == "kill"
-        and verdict.rule == "fingerprint"
-        and verdict.process is not None
-        and verdict.process.identity in targets
-        and verdict.process.identity not in waits
-    ]
+        identity = verdict.process.identity
+        until = waits.get(identity)
+        if until is None and identity in handed and handover_wait > 0:
+            until = now + handover_wait
+        targets.append(Target(identity, first_step(verdict, bounds), until))
+    return targets
 
 
 def patience(
@@ -114,12 +133,14 @@ def wait_lines(
                 f"{max(0.0, wall_now - ending.at):.0f} s, GIL {ending.gil or 'held or free'}"
                 f"{bound} unless it returns"
             )
+        elif ending is not None and ending.event == "begun" and ending.why == _HANDED_OVER:
+            why = _HANDED_OVER
         elif ending is not None and ending.event == "begun" and ending.by in ("sweep", "guardian"):
             why = f"the {ending.by} has begun to end it"
         elif ending is not None and ending.event == "begun":
             why = "its worker is gone and its clean ending has begun"
         elif verdict.record is None:
-            why = "its worker's hooks hand it exo's own Shutdown"
+            why = _HANDED_OVER
         else:
             why = "its worker is gone and its watchdog is about to say how it ends"
         lines.append(
@@ -180,66 +201,120 @@ def ended_step(signals: Sequence[str]) -> Step | None:
             return None
 
 
-def write(
-    path: Path,
-    results: Sequence[KillResult],
-    latest: Mapping[ProcessIdentity, Ending],
-    boot_id: str,
-    began: float,
-    by: By = "sweep",
-) -> None:
-    """A line for each target the sweep itself ended (signals sent, none recorded)."""
-    for result in results:
-        recorded = latest.get(result.target)
-        last = result.last_signal
-        if result.ended is None or last is None:
-            continue
-        if recorded is not None and recorded.event == "ended":
-            continue
-        sent: EndSignal = (
-            "SIGKILL" if last == "SIGKILL" else "SIGINT" if last == "SIGINT" else "SIGTERM"
-        )
-        endings.append(
-            path,
-            Ending(
-                event="ended",
-                pid=result.target.pid,
-                started=result.target.started,
-                boot_id=boot_id,
-                at=time.time(),
-                by=by,
-                how=result.ended,
-                after_seconds=time.monotonic() - began,
-                why=f"the {by}'s {sent}",
-                step=ended_step(result.signals),
-                signal=sent,
-            ),
-        )
+@final
+class Ledger:
+    """A sweeper's lines in `endings.jsonl` (none without a registry directory), and
+    what it says of its waits (`on_wait`)."""
 
+    def __init__(
+        self,
+        directory: Path | None,
+        boot_id: str,
+        by: By,
+        verdicts: Sequence[Verdict],
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
+        self._path = None if directory is None else directory / endings.ENDINGS_NAME
+        self._boot_id = boot_id
+        self._by: By = by
+        self._verdicts = verdicts
+        self._on_wait = on_wait
+        self.began = time.monotonic()
 
-def write_begun(
-    path: Path,
-    steps: Mapping[ProcessIdentity, FirstStep],
-    boot_id: str,
-    by: By,
-) -> None:
-    """A `begun` line for each target about to get SIGINT, with the deadline of its
-    wait: another sweeper that finds it meanwhile waits for it instead of signalling
-    it again (`patience`)."""
-    now = time.monotonic()
-    for target, step in steps.items():
-        if step.signal != "SIGINT" or step.seconds <= 0:
-            continue
-        endings.append(
-            path,
-            Ending(
-                event="begun",
-                pid=target.pid,
-                started=target.started,
-                boot_id=boot_id,
-                at=time.time(),
-                by=by,
-                why=f"the {by}'s SIGINT; SIGKILL at the deadline if it is still there",
-                deadline=now + step.seconds,
-            ),
+    def latest(self) -> dict[ProcessIdentity, Ending]:
+        if self._path is None:
+            return {}
+        return endings.latest(endings.read(self._path, self._boot_id))
+
+    def leaving_alone(
+        self,
+        targets: Sequence[Target],
+        latest: Mapping[ProcessIdentity, Ending],
+        handed: Collection[ProcessIdentity] = (),
+    ) -> None:
+        """Say which targets are left alone, why and until when; a `begun` line for
+        each of `handed` left alone with nothing recorded of it yet, so that another
+        sweeper finding it meanwhile waits too."""
+        now = time.monotonic()
+        waits = {t.identity: t.left_alone_until for t in targets if t.left_alone_until}
+        shown = dict(latest)
+        for identity, until in waits.items():
+            if identity in handed and identity not in latest:
+                shown[identity] = self._line(identity, until, _HANDED_OVER)
+                if self._path is not None:
+                    endings.append(self._path, shown[identity])
+        if self._on_wait is not None:
+            for line in wait_lines(self._verdicts, waits, shown, now, time.time()):
+                self._on_wait(line)
+
+    def begun(self, target: Target, deadline: float) -> None:
+        """A `begun` line as a SIGINT goes out, with the deadline of its SIGKILL:
+        another sweeper that finds the runner meanwhile waits for it instead of
+        signalling it again (`patience`)."""
+        if target.first.signal == "SIGINT":
+            why = f"the {self._by}'s SIGINT; SIGKILL at the deadline if it is still there"
+            self._begun(target.identity, deadline, why)
+
+    def renew(self, target: ProcessIdentity) -> float | None:
+        """A deadline out: wait on if the watchdog has since recorded a later one (a
+        runner busy in native code is recorded so 0.5 s after the notice)."""
+        recorded = self.latest().get(target)
+        now = time.monotonic()
+        later = endings.recorded_deadline(recorded, now)
+        if later is not None and self._on_wait is not None and recorded is not None:
+            for line in wait_lines(
+                self._verdicts, {target: later}, {target: recorded}, now, time.time()
+            ):
+                self._on_wait(line)
+        return later
+
+    def ended(self, results: Sequence[KillResult]) -> list[KillResult]:
+        """Each result with how it ended (`with_endings`), and a line for each target
+        this sweeper ended itself (signals sent, no ending recorded by its watchdog)."""
+        latest = self.latest()
+        ended = with_endings(results, self._verdicts, latest)
+        if self._path is None:
+            return ended
+        for result in ended:
+            recorded = latest.get(result.target)
+            last = result.last_signal
+            if result.ended is None or last is None:
+                continue
+            if recorded is not None and recorded.event == "ended":
+                continue
+            sent: EndSignal = (
+                "SIGKILL" if last == "SIGKILL" else "SIGINT" if last == "SIGINT" else "SIGTERM"
+            )
+            endings.append(
+                self._path,
+                Ending(
+                    event="ended",
+                    pid=result.target.pid,
+                    started=result.target.started,
+                    boot_id=self._boot_id,
+                    at=time.time(),
+                    by=self._by,
+                    how=result.ended,
+                    after_seconds=time.monotonic() - self.began,
+                    why=f"the {self._by}'s {sent}",
+                    step=ended_step(result.signals),
+                    signal=sent,
+                ),
+            )
+        return ended
+
+    def _begun(self, identity: ProcessIdentity, deadline: float, why: str) -> None:
+        if self._path is not None:
+            endings.append(self._path, self._line(identity, deadline, why))
+
+    def _line(self, identity: ProcessIdentity, deadline: float, why: str) -> Ending:
+        return Ending(
+            event="begun",
+            pid=identity.pid,
+            started=identity.started,
+            boot_id=self._boot_id,
+            at=time.time(),
+            by=self._by,
+            why=why,
+            deadline=deadline,
         )

@@ -10,7 +10,7 @@ from typing import final
 from ..records import endings
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
-from .killing import KillResult
+from .engine import KillResult
 from .verdicts import Verdict
 
 

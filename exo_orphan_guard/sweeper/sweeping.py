@@ -1,9 +1,11 @@
-"""The startup sweep: find runners that outlived their worker and kill them.
+"""`sweep()`: find runners that outlived their worker and end them, under the
+registry's lock; what the CLI's `sweep` and `scan` and exo's worker hook run.
 
-`sweep()` locks the registry, reads it, snapshots the process table, lets
-`verdicts.decide` judge, then acts: kills targets (`killing`), deletes stale records.
-`sweep_async()` runs the same in a worker thread for an event loop, and stops it
-(`stop`) when the task awaiting it is cancelled.
+Under the lock, a sweep continues what a dead sweeper left stopped, judges
+(`judging.judge`), plans each target's ending (`sweep_endings.plan`), ends them
+(`engine.end`), writes down how (`sweep_endings.Ledger`), and deletes the records
+nothing more can come of. `sweep_async()` runs the same in a worker thread for an
+event loop, and stops it (`stop`) when the task awaiting it is cancelled.
 """
 
 from __future__ import annotations
@@ -14,21 +16,20 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, final
 
 from ..records import endings
-from ..records.endings import By
 from ..records.freeze_journal import FreezeJournal, thaw_abandoned
 from ..records.registry import LockUnavailableError, Registry
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
-from . import killing, sweep_endings
+from . import engine, family
+from .engine import KillResult
 from .judging import judge, sweep_options
-from .killing import KillResult
-from .process_table import ProcessTable
+from .sweep_endings import Bounds, Ledger, plan
 from .sweep_report import SweepReport
 from .verdicts import SweepOptions, Verdict
 
@@ -41,42 +42,16 @@ _PASSES: Final = 2
 
 @final
 @dataclass(frozen=True, slots=True)
-class SweepRequest:
-    """What one sweep was asked to do, checked (`sweep`) and passed along whole."""
+class _Sweep:
+    """One sweep's checked arguments, the same for each registry directory."""
 
     options: SweepOptions
-    """What to judge a target."""
+    bounds: Bounds
     dry_run: bool
-    registry_dir: Path | None
-    """None: EXO_ORPHAN_GUARD_DIR, else ~/.exo/orphan-guard."""
-    grace: float
-    """Seconds between SIGTERM and SIGKILL."""
-    kill_wait: float
-    """Seconds to wait for a SIGKILLed process to be gone."""
     lock_timeout: float
-    on_wait: Callable[[str], None] | None = None
-    """Told one line for each runner the sweep waits for: which, why, until when."""
-    wait_for_endings: bool = True
-    """False (`sweep --now`): no waiting for runners already ending by themselves."""
-    stop: threading.Event | None = None
-    """Once set, the sweep waits no more: not for the lock, nor for a runner ending
-    by itself (left to its watchdog)."""
-    interrupt_wait: float | None = None
-    """Seconds an unrecorded exo runner has after SIGINT before SIGKILL; None: it gets
-    SIGTERM and the grace (the sweeps inside exo's worker, until the series moves
-    its bounds outside)."""
-    by: By = "sweep"
-    """Who its endings lines name."""
-    locked: bool = True
-    """False (the guardian's endings): no registry lock, no freezing, no record
-    removed; targets another sweeper has begun to end are waited for, not signalled."""
-    candidates: Collection[int] | None = None
-    """The only pids looked at for the fingerprint rule (`process_table.gather`)."""
-    claim: Callable[[Sequence[ProcessIdentity]], Collection[ProcessIdentity]] | None = None
-    """Told the targets about to be acted on; answers those this sweep may act on."""
-    handover_wait: float = 0.0
-    """Seconds an unrecorded exo runner is left alone first: its worker's hooks hand it
-    exo's own Shutdown (`handover_marker`), and a SIGINT would cut that short."""
+    wait_for_endings: bool
+    on_wait: Callable[[str], None] | None
+    stop: threading.Event | None
 
 
 def sweep(
@@ -93,9 +68,8 @@ def sweep(
     on_wait: Callable[[str], None] | None = None,
     wait_for_endings: bool = True,
     stop: threading.Event | None = None,
-    interrupt: bool = False,
 ) -> SweepReport:
-    """Kill runners whose worker is dead; spare everything else.
+    """End runners whose worker is dead; spare everything else.
 
     Targets: recorded runners whose recorded worker is gone, and what they provably
     started; with `fingerprint`, exo spawn children whose spawner is gone; with
@@ -105,15 +79,15 @@ def sweep(
     a process whose start time or command line differs from its record, a process it
     cannot read.
 
-    `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s) separates SIGTERM from SIGKILL;
-    a recorded runner already ending the clean way, or busy in native code, is first
-    waited for, until its watchdog would kill it (`wait_for_endings=False`: not at
-    all); `on_wait` gets one line for each wait, saying which, why and until when.
-    `stop`, set from another thread, ends every wait: for the lock (nothing done), for
-    a runner ending by itself (left to its watchdog, in `left_to_end`).
-    `interrupt`: an unrecorded exo runner gets SIGINT instead of SIGTERM, and the busy
-    wait (EXO_ORPHAN_GUARD_BUSY_WAIT, never less than the grace; with
-    `wait_for_endings=False`, the grace) to exit before SIGKILL.
+    An exo runner gets SIGINT on its main thread (KeyboardInterrupt unwinds it through
+    Python), then the busy wait (EXO_ORPHAN_GUARD_BUSY_WAIT, never less than the
+    grace; with `wait_for_endings=False`, the grace) before SIGKILL; everything else
+    gets SIGTERM, then `grace` (default EXO_ORPHAN_GUARD_GRACE, else 10 s). A runner
+    already ending the clean way, or that another sweeper has begun to end, is first
+    left alone until its deadline (`wait_for_endings=False`: not at all); `on_wait`
+    gets one line for each such wait, saying which, why and until when. `stop`, set
+    from another thread, ends every wait: for the lock (nothing done), for a runner
+    ending by itself (left as it is, in `left_to_end`).
     Raises ValueError for a bad `match`, `any_parent` without `match`, or `all_users`
     without root; everything else wrong (unreadable registry, corrupt records, racing
     processes) becomes a warning in the report.
@@ -126,45 +100,32 @@ def sweep(
         grace = parsed.value
         if parsed.warning is not None:
             warnings.append(parsed.warning)
-    interrupt_wait: float | None = None
-    if interrupt:
-        busy = settings.busy_wait_setting()
-        if busy.warning is not None:
-            warnings.append(busy.warning)
-        interrupt_wait = settings.interrupt_bound(busy.value, grace) if wait_for_endings else grace
-    request = SweepRequest(
+    busy = settings.busy_wait_setting()
+    if busy.warning is not None:
+        warnings.append(busy.warning)
+    interrupt_wait = settings.interrupt_bound(busy.value, grace) if wait_for_endings else grace
+    asked = _Sweep(
         options,
+        Bounds(grace, interrupt_wait, kill_wait),
         dry_run,
-        registry_dir,
-        grace,
-        kill_wait,
         lock_timeout,
-        on_wait,
         wait_for_endings,
+        on_wait,
         stop,
-        interrupt_wait,
     )
-    return run_sweep(request, warnings, started)
-
-
-def run_sweep(request: SweepRequest, warnings: list[str], started: float) -> SweepReport:
-    """`sweep` of a request already made: each registry directory in turn."""
-    registry_dir = request.registry_dir
     if registry_dir is not None:
-        return _run(request, warnings, started)
+        return _sweep_directory(asked, registry_dir, warnings, started)
     # Also the registry from before EXO_HOME counted, while it holds anything.
     current, *former = settings.registry_dirs()
-    report = _run(replace(request, registry_dir=current), warnings, started)
+    report = _sweep_directory(asked, current, warnings, started)
     for path in former:
         if path.is_dir():
-            earlier = replace(request, registry_dir=path)
-            report = report.merged(_run(earlier, [], time.monotonic()))
+            report = report.merged(_sweep_directory(asked, path, [], time.monotonic()))
     return report
 
 
-def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepReport:
-    path = request.registry_dir if request.registry_dir is not None else settings.registry_dir()
-    registry, problem = Registry.open(path, create=not request.dry_run)
+def _sweep_directory(asked: _Sweep, path: Path, warnings: list[str], started: float) -> SweepReport:
+    registry, problem = Registry.open(path, create=not asked.dry_run)
     if problem is not None:
         warnings.append(problem)
 
@@ -173,7 +134,7 @@ def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepRep
             verdicts=outcome.verdicts,
             results=outcome.results,
             warnings=tuple(warnings),
-            dry_run=request.dry_run,
+            dry_run=asked.dry_run,
             registry=None if registry is None else registry.path,
             elapsed_seconds=time.monotonic() - started,
             lock_acquired=locked,
@@ -189,29 +150,30 @@ def _run(request: SweepRequest, warnings: list[str], started: float) -> SweepRep
             left_to_end=outcome.left_to_end,
         )
 
-    if request.dry_run:
-        table, verdicts = judge(registry, request.options, warnings, request.candidates)
+    if asked.dry_run:
+        table, verdicts = judge(registry, asked.options, warnings)
         targets = _targets(verdicts)
-        latest = _latest_endings(registry, table.boot_id)
+        directory = None if registry is None else registry.path
+        latest = Ledger(directory, table.boot_id, "sweep", verdicts).latest()
         return report(
             _Outcome(
                 verdicts,
                 (),
-                killing.preview(targets, table.protected),
+                would_signal=family.preview(targets, table.protected),
                 target_endings={t: latest[t] for t in targets if t in latest},
             )
         )
-    if registry is None or not request.locked:
-        return report(_kill_orphans(registry, request, warnings))
+    if registry is None:
+        return report(_end_orphans(asked, None, warnings))
     try:
-        with registry.locked(request.lock_timeout, request.stop) as acquired:
+        with registry.locked(asked.lock_timeout, asked.stop) as acquired:
             if not acquired:
                 return report(_Outcome((), ()), locked=False)
             registry.remove_stale_temporaries(time.time())
-            return report(_kill_orphans(registry, request, warnings))
+            return report(_end_orphans(asked, registry, warnings))
     except LockUnavailableError as error:
         warnings.append(f"{error.strerror}: sweeping without it")
-    return report(_kill_orphans(registry, request, warnings))
+    return report(_end_orphans(asked, registry, warnings))
 
 
 @final
@@ -227,16 +189,14 @@ class _Outcome:
     left_to_end: tuple[ProcessIdentity, ...] = ()
 
 
-def _kill_orphans(
-    registry: Registry | None, request: SweepRequest, warnings: list[str]
-) -> _Outcome:
-    """Judge and act; once more if a recorded runner that led its own process group
+def _end_orphans(asked: _Sweep, registry: Registry | None, warnings: list[str]) -> _Outcome:
+    """Judge and end; once more if a recorded runner that led its own process group
     went meanwhile, so that what it left in its group is judged on the same records
     (a runner can die between the snapshot and the kill, its children reparented
     out of reach of the tree walk)."""
     continued: list[ProcessIdentity] = []
     journal: FreezeJournal | None = None
-    if registry is not None and request.locked:
+    if registry is not None:
         continued = thaw_abandoned(registry.path)
         journal = FreezeJournal.create(registry.path, current_identity())
     verdicts: list[Verdict] = []
@@ -244,8 +204,30 @@ def _kill_orphans(
     left_to_end: list[ProcessIdentity] = []
     try:
         for _ in range(_PASSES):
-            table, judged = judge(registry, request.options, warnings, request.candidates)
-            acted = _act(registry, table, judged, request, journal)
+            table, judged = judge(registry, asked.options, warnings)
+            directory = None if registry is None else registry.path
+            ledger = Ledger(directory, table.boot_id, "sweep", judged, asked.on_wait)
+            latest = ledger.latest()
+            targets = plan(
+                judged,
+                latest,
+                ledger.began,
+                asked.bounds,
+                wait_for_endings=asked.wait_for_endings,
+            )
+            ledger.leaving_alone(targets, latest)
+            ended = engine.end(
+                targets,
+                table.protected,
+                kill_wait=asked.bounds.kill_wait,
+                journal=journal,
+                renew=ledger.renew,
+                stop=asked.stop,
+                on_signal=ledger.begun,
+            )
+            acted = ledger.ended(ended)
+            if registry is not None:
+                _settle(registry, judged, acted, table.boot_id)
             seen = {(verdict.pid, verdict.action) for verdict in verdicts}
             verdicts.extend(v for v in judged if (v.pid, v.action) not in seen)
             results.extend(acted)
@@ -258,6 +240,19 @@ def _kill_orphans(
     return _Outcome(
         tuple(verdicts), tuple(results), continued=tuple(continued), left_to_end=tuple(left_to_end)
     )
+
+
+def _settle(
+    registry: Registry,
+    verdicts: Sequence[Verdict],
+    results: Sequence[KillResult],
+    boot_id: str,
+) -> None:
+    endings.compact(registry.path / endings.ENDINGS_NAME, boot_id)
+    left = {result.target.pid for result in results if result.outcome == "unkillable"}
+    left |= {target.pid for target in _not_acted_on(verdicts, results)}
+    for record_path in _settled_records(verdicts, left):
+        registry.remove(record_path)
 
 
 def _not_acted_on(
@@ -302,9 +297,9 @@ def _in_worker_thread(function: Callable[P, SweepReport]) -> Callable[P, Awaitab
 sweep_async = _in_worker_thread(sweep)
 """`sweep()` in a worker thread, so the caller's event loop keeps running meanwhile. If
 the awaiting task is cancelled, the cancellation goes through at once, and the sweep,
-told to stop, waits no more: a runner it was waiting for it leaves to its watchdog, the
-lock it was waiting for it gives up. A kill under way (SIGTERM, the grace, SIGKILL) it
-finishes in the background."""
+told to stop, waits no more: a runner it was waiting for it leaves as it is, the lock
+it was waiting for it gives up. An ending under way (the first signal, its wait,
+SIGKILL) it finishes in the background."""
 
 
 def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
@@ -313,82 +308,6 @@ def _targets(verdicts: Sequence[Verdict]) -> list[ProcessIdentity]:
         for verdict in verdicts
         if verdict.action == "kill" and verdict.process is not None
     ]
-
-
-def _act(
-    registry: Registry | None,
-    table: ProcessTable,
-    verdicts: Sequence[Verdict],
-    request: SweepRequest,
-    journal: FreezeJournal | None,
-) -> list[KillResult]:
-    began = time.monotonic()
-    targets = _targets(verdicts)
-    if request.claim is not None:
-        allowed = request.claim(targets)
-        targets = [target for target in targets if target in allowed]
-    before = _latest_endings(registry, table.boot_id)
-    waits = sweep_endings.patience(verdicts, before, began) if request.wait_for_endings else {}
-    waits = {target: deadline for target, deadline in waits.items() if target in targets}
-    if request.handover_wait > 0:
-        for target in sweep_endings.handed_over(verdicts, targets, waits):
-            waits[target] = began + request.handover_wait
-    steps = sweep_endings.first_steps(verdicts, request.grace, request.interrupt_wait)
-    if registry is not None:
-        at_once = {t: step for t, step in steps.items() if t in targets and t not in waits}
-        sweep_endings.write_begun(
-            registry.path / endings.ENDINGS_NAME, at_once, table.boot_id, request.by
-        )
-    announce = request.on_wait
-    if announce is not None:
-        for line in sweep_endings.wait_lines(verdicts, waits, before, began, time.time()):
-            announce(line)
-
-    def renew(target: ProcessIdentity) -> float | None:
-        """A deadline out: wait on if the watchdog has since recorded a later one (a
-        runner busy in native code is recorded so 0.5 s after the notice)."""
-        recorded = _latest_endings(registry, table.boot_id).get(target)
-        now = time.monotonic()
-        later = endings.recorded_deadline(recorded, now)
-        if later is not None and announce is not None and recorded is not None:
-            for line in sweep_endings.wait_lines(
-                verdicts, {target: later}, {target: recorded}, now, time.time()
-            ):
-                announce(line)
-        return later
-
-    results = killing.execute(
-        targets,
-        table.protected,
-        steps,
-        request.kill_wait,
-        journal,
-        waits,
-        renew,
-        request.stop,
-    )
-    # Read again: watchdogs recorded how the runners waited for ended.
-    latest = _latest_endings(registry, table.boot_id)
-    results = sweep_endings.with_endings(results, verdicts, latest)
-    if registry is not None:
-        path = registry.path / endings.ENDINGS_NAME
-        sweep_endings.write(path, results, latest, table.boot_id, began, request.by)
-        if not request.locked:
-            return results
-        endings.compact(path, table.boot_id)
-        left = {result.target.pid for result in results if result.outcome == "unkillable"}
-        left |= {target.pid for target in _not_acted_on(verdicts, results)}
-        for record_path in _settled_records(verdicts, left):
-            registry.remove(record_path)
-    return results
-
-
-def _latest_endings(
-    registry: Registry | None, boot_id: str
-) -> dict[ProcessIdentity, endings.Ending]:
-    if registry is None:
-        return {}
-    return endings.latest(endings.read(registry.path / endings.ENDINGS_NAME, boot_id))
 
 
 def _settled_records(verdicts: Sequence[Verdict], left: Collection[int]) -> set[Path]:

@@ -245,18 +245,26 @@ DEFAULT_SCAN_INTERVAL_SECONDS: Final = 2.0
 has what a scan costs at 2,000 processes)."""
 
 
+MIN_SCAN_INTERVAL_SECONDS: Final = 0.1
+MAX_SCAN_INTERVAL_SECONDS: Final = 600.0
+
+
 def scan_interval_setting() -> Parsed[float]:
-    raw = os.environ.get(SCAN_INTERVAL_ENV)
+    return parse_scan_interval(os.environ.get(SCAN_INTERVAL_ENV))
+
+
+def parse_scan_interval(raw: str | None) -> Parsed[float]:
     if raw is None or not raw.strip():
         return Parsed(DEFAULT_SCAN_INTERVAL_SECONDS)
     try:
         seconds = float(raw)
     except ValueError:
         seconds = -1.0
-    if not 0.1 <= seconds <= 600.0:
+    if not MIN_SCAN_INTERVAL_SECONDS <= seconds <= MAX_SCAN_INTERVAL_SECONDS:
         return Parsed(
             DEFAULT_SCAN_INTERVAL_SECONDS,
-            f"{SCAN_INTERVAL_ENV}={raw!r} is not a number of seconds in 0.1..600: "
+            f"{SCAN_INTERVAL_ENV}={raw!r} is not a number of seconds in "
+            f"{MIN_SCAN_INTERVAL_SECONDS:g}..{MAX_SCAN_INTERVAL_SECONDS:g}: "
             f"using {DEFAULT_SCAN_INTERVAL_SECONDS:g}",
         )
     return Parsed(seconds)

@@ -6,6 +6,7 @@ Argument errors raise `UsageError` (the CLI's exit code 2) instead of argparse's
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NoReturn, final
@@ -47,7 +48,13 @@ def _sweep_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dry-run", action="store_true", help="show what would be killed; kill nothing"
     )
-    _grace_argument(command, "SIGTERM", "; with --now, 0")
+    _grace_argument(
+        command,
+        "SIGTERM",
+        "; with --now, 0. An exo runner gets SIGINT instead, and "
+        f"${settings.BUSY_WAIT_ENV} (default {settings.DEFAULT_BUSY_WAIT_SECONDS:g} s, never "
+        "less than the grace; with --now, the grace) before SIGKILL",
+    )
     command.add_argument(
         "--now",
         action="store_true",
@@ -62,7 +69,7 @@ def _judging_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dir",
         type=Path,
-        help=f"registry directory (default: ${settings.DIR_ENV} or ~/.exo/orphan-guard)",
+        help=f"registry directory (default: ${settings.DIR_ENV}, else {_default_registry()})",
     )
     command.add_argument(
         "--registry-only",
@@ -86,6 +93,15 @@ def _judging_arguments(command: argparse.ArgumentParser) -> None:
         help="root only: also other users' processes (never the default)",
     )
     _add_host_arguments(command)
+
+
+def _default_registry() -> str:
+    """Where the registry is here without `EXO_ORPHAN_GUARD_DIR`: exo's cache directory
+    on this OS (`~/.exo` on macOS, `~/.cache/exo` on Linux, `~/$EXO_HOME` when set)."""
+    unset = {name: value for name, value in os.environ.items() if name != settings.DIR_ENV}
+    path = str(settings.registry_dir(unset))
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + os.sep) else path
 
 
 def _patch_arguments(command: argparse.ArgumentParser) -> None:
@@ -155,7 +171,11 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         help="the guardian itself, until stopped",
         description="End the runners of every exo process of this user that dies, from "
         "outside exo, until stopped. One per user per machine: a second waits for the "
-        "first to let go.",
+        "first to let go. Exit codes: 0 stopped (SIGTERM, SIGINT, SIGHUP), left when idle "
+        "(--leave-when-idle), or left to another guardian (--mode worker); 2 the registry "
+        "cannot be used (one line says why). With --mode service it never exits for that: "
+        "it says why once and waits for the registry, re-checking, since launchd and "
+        "systemd would restart it forever (`service status` shows it waiting).",
     )
     run.add_argument(
         "--mode",
@@ -182,10 +202,16 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "install",
         help="have launchd (macOS) or systemd (Linux) keep the guardian running",
         description="Write a LaunchAgent (~/Library/LaunchAgents) or a systemd user unit "
-        "(~/.config/systemd/user) that runs `service run --mode service`, with EXO_HOME and "
-        "the EXO_ORPHAN_GUARD_* settings set here written into it, then load and start it. "
-        "Exit codes: 0 installed and running (or already), 1 not done (one line says why: "
-        "no launchctl or systemctl, no user session, a command that failed).",
+        "(~/.config/systemd/user) that runs `service run --mode service`, with the "
+        "guardian's settings set here (EXO_HOME, XDG_CACHE_HOME, EXO_ORPHAN_GUARD_DIR, "
+        "_GRACE, _BUSY_WAIT, _SCAN_INTERVAL, _BACKEND) written into it, then load and start "
+        "it; on Linux, say if systemd lingering is off (the guardian then stops at your "
+        "last logout). Run it as the user it guards, never with sudo. Exit codes: 0 "
+        "installed and running (or already); 1 not done, one line says why: run as root "
+        "for a user, a CLI in a cache (uvx, pipx run) or one that does not start from / "
+        "(an uninstalled checkout), a registry the guardian could not use, no launchctl or "
+        "systemctl, no user session, a command that failed; 2 a setting the guardian would "
+        "not take (one line each).",
     )
     install.add_argument(
         "--print",
@@ -197,12 +223,16 @@ def _service_arguments(command: argparse.ArgumentParser) -> None:
         "uninstall",
         help="stop the guardian's service and remove its file",
         description="Exit codes: 0 uninstalled (or nothing installed), 1 not done (one "
-        "line says why).",
+        "line says why: run as root for a user, no launchctl or systemctl, a command that "
+        "failed).",
     )
     status = actions.add_parser(
         "status",
         help="installed or not, running or not, and what it has ended since boot",
-        description="Exit codes: 0 the guardian runs, 1 it does not.",
+        description="Whether the guardian is installed and runs, why not (no registry "
+        "yet, one it cannot use and waits for, no guardian.json, one naming a process that "
+        "is gone), whether systemd lingering is off, and what it ended since boot. Exit "
+        "codes: 0 the guardian runs, 1 it does not (waiting for its registry included).",
     )
     status.add_argument("--json", action="store_true")
 
@@ -212,14 +242,22 @@ _COMMANDS: Final[
 ] = (
     (
         "scan",
-        "list orphaned runners (kills nothing)",
-        "list orphaned runners (kills nothing)",
+        "list orphaned runners (signals nothing)",
+        "List orphaned runners and what a sweep would signal with each; signal nothing. "
+        "Exit codes: 0 none found, 1 orphans found, 2 usage or configuration error.",
         _scan_arguments,
     ),
     (
         "sweep",
-        "kill orphaned runners: SIGTERM, a grace, SIGKILL",
-        "kill orphaned runners: SIGTERM, a grace, SIGKILL",
+        "end orphaned runners: SIGINT (SIGTERM if not exo's), a bounded wait, SIGKILL",
+        "End orphaned runners the clean way first: an exo runner gets SIGINT on its main "
+        "thread (it unwinds through Python; one busy in native code takes it when its "
+        "call returns), then the busy wait; anything else (--match) gets SIGTERM, then "
+        "the grace; SIGKILL for what is left. A runner already ending by itself, or that "
+        "another sweeper began to end, is waited for first (not with --now). Exit codes: "
+        "0 nothing left, 1 orphans remain (one survived SIGKILL, one was left ending by "
+        "itself, or another sweep held the registry's lock), 2 usage or configuration "
+        "error.",
         _sweep_arguments,
     ),
     (
@@ -252,7 +290,14 @@ _COMMANDS: Final[
         "126/127 if CMD cannot run; 2 usage error.",
         _exec_arguments,
     ),
-    ("selftest", "prove the parent watch on this machine", None, _selftest_arguments),
+    (
+        "selftest",
+        "prove the parent watch on this machine",
+        "Start stand-in workers and runners, SIGKILL the workers, and check that each "
+        "strategy's runners are gone (or, uncovered, alive). Exit codes: 0 every row "
+        "passed, 1 a row failed, 2 usage error (a strategy this machine cannot use).",
+        _selftest_arguments,
+    ),
     (
         "service",
         "the guardian: run it, or have launchd or systemd keep it running",

@@ -5,14 +5,15 @@ injected command runner (tests give a fake one, and a fake `which`).
 launchd: `launchctl enable` then `bootstrap` into the user's GUI domain (`gui/<uid>`;
 `user/<uid>` where no one is logged in at the screen, over ssh), `bootout` to stop, as
 `brew services` does. systemd: a user unit, `daemon-reload` and `enable --now`;
-`disable --now` to stop.
+`disable --now` to stop; `loginctl` says whether the user's manager outlives the
+user's last session (lingering).
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
@@ -139,6 +140,20 @@ def ask_job(manager: Manager, uid: int, run: Run) -> Job:
     return Job(enabled, active, "systemd --user")
 
 
+def lingering(uid: int, run: Run, which: Which) -> bool | None:
+    """Whether systemd-logind keeps this user's manager (and so the guardian's unit)
+    running after the user's last session ends; None: cannot tell."""
+    if which("loginctl") is None:
+        return None
+    said = run(("loginctl", "show-user", str(uid), "--property=Linger"))
+    if said.returncode != 0:
+        return None
+    for line in said.output.splitlines():
+        if line.strip() in ("Linger=yes", "Linger=no"):
+            return line.strip() == "Linger=yes"
+    return None
+
+
 def run_commands(commands: Sequence[Command], run: Run, on_ran: Callable[[Command], None]) -> str:
     """Run each in turn; the first failure as one line ("" when all ran)."""
     for command in commands:
@@ -165,7 +180,15 @@ def _launchd_loaded(run: Run, domain: str) -> bool:
     return run(("launchctl", "print", f"{domain}/{LABEL}")).returncode == 0
 
 
-def run_command(command: Command) -> Completed:
+def started_as_service(command: Command, environment: Mapping[str, str]) -> Completed:
+    """`command` run as launchd and systemd run the guardian: from /, with `environment`
+    only (none of this shell's PYTHONPATH or virtualenv)."""
+    return run_command(command, cwd="/", env=environment)
+
+
+def run_command(
+    command: Command, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+) -> Completed:
     """The real runner: a command to its end, its output together (never raises)."""
     try:
         done = subprocess.run(
@@ -175,6 +198,8 @@ def run_command(command: Command) -> Completed:
             text=True,
             timeout=TIMEOUT_SECONDS,
             check=False,
+            cwd=cwd,
+            env=None if env is None else dict(env),
         )
     except FileNotFoundError:
         return Completed(127, f"{command[0]}: not found")

@@ -4,7 +4,8 @@ the paths are functions of the CLI's path, the home directory and the environmen
 
 launchd and systemd start the guardian with their own environment, never the shell's
 nor exo's app's, so the settings the guardian reads (exo's home, the registry, the
-grace and the busy wait) are written into the file as they are when `install` runs.
+grace, the busy wait, the scan interval, the backend) are written into the file as
+they are when `install` runs (`service_checks` refuses values it would not take).
 """
 
 from __future__ import annotations
@@ -30,8 +31,18 @@ RUN_WORDS: Final = ("service", "run", "--mode", "service")
 RESTART_SECONDS: Final = 5
 """systemd gives up on a unit restarted 5 times within 10 s; 5 s apart it never does,
 so a guardian that keeps failing is retried for as long as the session lasts."""
-_PER_PROCESS: Final = frozenset({settings.WORKER_ENV, settings.RUNNER_ENV})
-"""Set by the guard for one worker's runners: never the guardian's."""
+GUARDIAN_SETTINGS: Final = (
+    settings.EXO_HOME_ENV,
+    settings.XDG_CACHE_ENV,
+    settings.DIR_ENV,
+    settings.GRACE_ENV,
+    settings.BUSY_WAIT_ENV,
+    settings.SCAN_INTERVAL_ENV,
+    settings.BACKEND_ENV,
+)
+"""What the guardian reads: where exo keeps its cache (the registry and the hand-over
+markers), the registry, its bounds and its backend. Not the toggle, the runners'
+strategy nor the CLI's ssh settings: the guardian reads none of them."""
 _PLAIN_WORD: Final = re.compile(r"[\w@%+=:,./-]+")
 
 
@@ -71,17 +82,8 @@ def wants_link(unit: Path) -> Path:
 
 
 def passed_environment(environ: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """exo's home, the cache directory exo reads on Linux, and every
-    `EXO_ORPHAN_GUARD*` setting set here, sorted by name."""
-    return tuple(
-        (name, environ[name])
-        for name in sorted(environ)
-        if name not in _PER_PROCESS
-        and (
-            name in (settings.EXO_HOME_ENV, settings.XDG_CACHE_ENV, settings.TOGGLE_ENV)
-            or name.startswith(f"{settings.TOGGLE_ENV}_")
-        )
-    )
+    """The guardian's settings set here (`GUARDIAN_SETTINGS`), sorted by name."""
+    return tuple((name, environ[name]) for name in sorted(environ) if name in GUARDIAN_SETTINGS)
 
 
 def cli_words(argv0: str, executable: str, found: str | None) -> tuple[str, ...]:

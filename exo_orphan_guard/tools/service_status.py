@@ -3,7 +3,11 @@ installed, whether it runs, and what it has ended since boot.
 
 It runs when `guardian.json` in the registry's host directory names a live process of
 this boot (`guardian_state.running`: pid and start, never the pid alone); its lock
-alone, held without a state file, is a guardian starting, not one running yet.
+alone, held without a state file, is a guardian starting, not one running yet. One
+that does not run is told apart by what is there: no registry, a registry it cannot
+use (an installed guardian then waits for it, guarding nothing), no `guardian.json`,
+or one naming a process that is gone. On Linux, whether systemd keeps the user's
+manager after the last logout (lingering) says whether an installed guardian does.
 """
 
 from __future__ import annotations
@@ -27,6 +31,19 @@ NAME: Final = "guardian"
 INSTALL: Final = "exo-orphan-guard service install"
 STATUS: Final = "exo-orphan-guard service status"
 SCHEMA: Final = "exo-orphan-guard/service-status/1"
+ENABLE_LINGER: Final = "sudo loginctl enable-linger $USER"
+LINGER_MEANS: Final = (
+    "systemd stops the guardian when the user's last session ends (logout, the last ssh) "
+    "and starts it at the next login, while an exo started in tmux or under nohup runs "
+    "on, unguarded"
+)
+LINGER_OFF: Final = f"systemd lingering is off for this user: {LINGER_MEANS}"
+REGISTRY_FIX: Final = (
+    "fix the registry's owner and mode (yours, 700), or set EXO_ORPHAN_GUARD_DIR to a "
+    "directory of your own and install again"
+)
+RECHECKS: Final = "re-checks it every minute at most, and guards once it can use it"
+WAITING: Final = f"an installed guardian waits for it, guarding nothing, {RECHECKS}"
 
 
 @final
@@ -42,6 +59,17 @@ class GuardianFacts:
     """The registry's host directory, where the guardian keeps its lock and state."""
     ended: tuple[Ending, ...]
     """The guardian's own `ended` lines since boot, one per runner."""
+    registry_problem: str | None = None
+    """Why the registry cannot be used (then `directory` is None)."""
+    last: GuardianState | None = None
+    """What `guardian.json` says, the process alive or not."""
+    state_file: bool = False
+    """Whether there is a `guardian.json` at all."""
+    boot_id: str = ""
+    """This boot's (what `last` is told apart by)."""
+    linger: bool | None = None
+    """systemd: whether the user's manager outlives the last session; None: not
+    systemd, or not known."""
 
 
 @final
@@ -68,8 +96,12 @@ def read(
     directory: Path | None,
     boot_id: str,
     seen: Sequence[Ending],
+    *,
+    registry_problem: str | None = None,
+    linger: bool | None = None,
 ) -> GuardianFacts:
     """The facts, from this boot's endings (`seen`) and the files in `directory`."""
+    state_file = directory is not None and (directory / guardian_state.STATE_NAME).exists()
     return GuardianFacts(
         manager=manager,
         installed=installed,
@@ -77,6 +109,11 @@ def read(
         lock_held=False if directory is None else guardian_state.is_held(directory),
         directory=directory,
         ended=ended_by_guardian(seen),
+        registry_problem=registry_problem,
+        last=None if directory is None else guardian_state.read_state(directory),
+        state_file=state_file,
+        boot_id=boot_id,
+        linger=linger,
     )
 
 
@@ -114,14 +151,24 @@ def check(facts: GuardianFacts) -> Check:
         "pid": None if facts.running is None else facts.running.pid,
         "ended": len(facts.ended),
         "killed": sum(ending.how == "killed" for ending in facts.ended),
+        "linger": facts.linger,
     }
     ended = f"ended {endings_summary(facts.ended)}"
+    linger_off = facts.installed is not None and facts.linger is False
+    linger = f"; {LINGER_OFF}" if linger_off else ""
     if facts.running is not None:
+        if linger_off:
+            detail = f"{_running(facts.running)}; {ended}{linger}"
+            return Check(NAME, "WARN", detail, ENABLE_LINGER, figures)
         keep = None if facts.installed is not None or facts.manager is None else INSTALL
         return Check(NAME, "OK", f"{_running(facts.running)}; {ended}", keep, figures)
+    if facts.registry_problem is not None:
+        waits = f"; {WAITING}" if facts.installed is not None else ""
+        detail = f"not guarding: it cannot use the registry ({facts.registry_problem}){waits}"
+        return Check(NAME, "WARN", detail, REGISTRY_FIX, figures)
     starting = "; a process holds its lock, starting" if facts.lock_held else ""
     if facts.installed is not None:
-        detail = f"installed ({facts.installed}) but not running{starting}; {ended}"
+        detail = f"installed ({facts.installed}) but not running{starting}; {ended}{linger}"
         return Check(NAME, "WARN", detail, f"{STATUS} (says why, and where its log is)", figures)
     if facts.manager is None:
         detail = f"not running{starting}; no launchd or systemd here to keep one running"
@@ -132,19 +179,45 @@ def check(facts: GuardianFacts) -> Check:
 def render(report: StatusReport) -> str:
     facts = report.facts
     lines = [f"installed: {_installed(report)}"]
+    if facts.linger is False and facts.installed is not None:
+        lines.append(f"lingering: off: {LINGER_MEANS}")
     if facts.running is not None:
         lines.append(f"running:   yes, {_running(facts.running)}")
-    elif facts.directory is None:
-        lines.append("running:   no (no registry here yet: no guardian has run)")
     else:
-        held = "; a process holds its lock, starting" if facts.lock_held else ""
-        state = facts.directory / guardian_state.STATE_NAME
-        lines.append(f"running:   no ({state} names no live guardian{held})")
+        lines.append(f"running:   no ({_not_running(facts)})")
+        if facts.registry_problem is not None and report.job is not None and report.job.active:
+            waits = f"its service is up: the guardian waits for it, guarding nothing, {RECHECKS}"
+            lines.append(f"waiting:   {waits}")
     lines.append(f"ended:     {endings_summary(facts.ended)}")
     if facts.running is None:
-        advice = f"-> {INSTALL}" if facts.installed is None else f"-> its log: {report.logs}"
-        lines.append(advice if facts.manager is not None else "-> exo-orphan-guard service run")
+        if facts.registry_problem is not None:
+            lines.append(f"-> {REGISTRY_FIX}")
+        elif facts.manager is None:
+            lines.append("-> exo-orphan-guard service run")
+        else:
+            advice = f"-> {INSTALL}" if facts.installed is None else f"-> its log: {report.logs}"
+            lines.append(advice)
+    if facts.linger is False and facts.installed is not None:
+        lines.append(f"-> {ENABLE_LINGER}")
     return "\n".join(lines)
+
+
+def _not_running(facts: GuardianFacts) -> str:
+    held = "; a process holds its lock, starting" if facts.lock_held else ""
+    if facts.registry_problem is not None:
+        return f"it cannot use the registry: {facts.registry_problem}"
+    if facts.directory is None:
+        return "no registry here yet: no guardian has run"
+    state = facts.directory / guardian_state.STATE_NAME
+    if not facts.state_file:
+        return (
+            f"no {state}: none runs, and none has since it was made or the last one stopped{held}"
+        )
+    if facts.last is None:
+        return f"{state} cannot be read or is not to be trusted{held}"
+    if facts.last.boot_id != facts.boot_id:
+        return f"{state} is from an earlier boot: none has run since this one{held}"
+    return f"{state} names pid {facts.last.pid}, which is gone: it was killed, or it crashed{held}"
 
 
 def to_json(report: StatusReport) -> str:
@@ -169,6 +242,8 @@ def to_json(report: StatusReport) -> str:
         },
         "lock_held": facts.lock_held,
         "directory": None if facts.directory is None else str(facts.directory),
+        "registry_problem": facts.registry_problem,
+        "linger": facts.linger,
         "ended": {
             "runners": len(facts.ended),
             "clean": sum(e.how == "clean" for e in facts.ended),

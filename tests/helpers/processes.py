@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,8 +24,10 @@ NOBODY = 65534
 
 
 def make_fake_exo_environment(root: Path) -> str:
-    """A venv whose site-packages holds exo's dist-info (and can import this project):
-    to the sweep it is indistinguishable from exo's own environment."""
+    """A venv whose site-packages holds exo's dist-info and a stand-in of exo's Rust
+    extension (and can import this project): the stand-in workers run from it show
+    what exo's main process and its console script's runners show; anything else run
+    from it shows nothing of exo's, as in exo's own environment."""
     return make_exo_environment(root)
 
 
@@ -167,3 +170,19 @@ def carrying(variable: str, value: str) -> list[ProcessIdentity]:
 def sleeper(token: str) -> list[str]:
     """A process that sleeps with `token` in its command line."""
     return [sys.executable, "-c", "import time; time.sleep(600)", token]
+
+
+def start_deaf_orphan(token: str, scratch: Path) -> ProcessIdentity:
+    """An orphan `sleeper` that outlives SIGTERM (only SIGKILL ends it), returned once
+    it ignores it."""
+    ready = scratch / f"deaf-{uuid.uuid4().hex}"
+    code = (
+        "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "pathlib.Path(sys.argv[1]).touch(); time.sleep(600)"
+    )
+    orphan = start_orphan([sys.executable, "-c", code, str(ready), token])
+    deadline = time.monotonic() + 10.0
+    while not ready.exists():
+        assert time.monotonic() < deadline, "the deaf orphan never got ready"
+        time.sleep(0.01)
+    return orphan

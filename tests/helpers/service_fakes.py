@@ -3,7 +3,7 @@ places a Mac and a Linux desktop have: what tests/test_service*.py share."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from exo_orphan_guard.tools.service_control import Command, Completed
 from exo_orphan_guard.tools.service_files import LABEL, UNIT_NAME, Manager
 
 UID = 501
+USER = "ada"
 CLI = ("/opt/exo/bin/exo-orphan-guard",)
 ENVIRON = {
     "EXO_HOME": ".exo-test",
@@ -23,7 +24,7 @@ ENVIRON = {
 }
 PLIST = f"Library/LaunchAgents/{LABEL}.plist"
 UNIT = f".config/systemd/user/{UNIT_NAME}"
-QUERIES = ("print", "is-enabled", "is-active", "is-system-running")
+QUERIES = ("print", "is-enabled", "is-active", "is-system-running", "show-user")
 
 
 @dataclass
@@ -37,6 +38,8 @@ class FakeManager:
     enabled: bool = False
     fail: str = ""
     """A subcommand that fails as launchd fails it."""
+    linger: bool | None = True
+    """What loginctl says of the user's lingering (None: it cannot tell)."""
     calls: list[Command] = field(default_factory=list[Command])
 
     @property
@@ -49,7 +52,15 @@ class FakeManager:
             return Completed(5, f"{self.fail} failed: 5: Input/output error")
         if command[0] == "launchctl":
             return self._launchctl(command[1:])
+        if command[0] == "loginctl":
+            return self._loginctl(command[1:])
         return self._systemctl(command[2:])
+
+    def _loginctl(self, words: tuple[str, ...]) -> Completed:
+        assert words == ("show-user", str(UID), "--property=Linger"), words
+        if self.linger is None:
+            return Completed(1, "Failed to connect to bus: No such file or directory")
+        return Completed(0, f"Linger={'yes' if self.linger else 'no'}")
 
     def _launchctl(self, words: tuple[str, ...]) -> Completed:
         match words:
@@ -103,18 +114,27 @@ def redirected_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def context_for(
     manager: Manager,
     fake: FakeManager,
-    environ: dict[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
     which: Callable[[str], str | None] = lambda name: f"/usr/bin/{name}",
+    *,
+    uid: int = UID,
+    home_owner: int | None = UID,
+    cli: tuple[str, ...] = CLI,
+    starts: Callable[[Command, Mapping[str, str]], Completed] | None = None,
 ) -> service.Context:
     return service.Context(
         manager=manager,
         platform="darwin" if manager == "launchd" else "linux",
         home=fake.home,
-        uid=UID,
+        uid=uid,
+        home_owner=home_owner,
+        name_of=lambda user: {UID: USER, 0: "root"}.get(user),
         environ=ENVIRON if environ is None else environ,
-        cli=CLI,
+        cli=cli,
         run=fake,
         which=which,
+        starts=starts or (lambda command, environment: Completed(0, "exo-orphan-guard 0.1.0")),
+        source="/src/exo-orphan-guard",
     )
 
 
