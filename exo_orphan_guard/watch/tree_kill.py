@@ -42,9 +42,9 @@ def kill_runner_tree(
     of any later walk. A caller outside the group kills the group first and the strays
     after; a caller inside it must kill the strays first, as the group kill ends it.
     Right before the runner is killed its children are read once more: what it
-    started while the walk went on. `known`: descendants proven by earlier walks, while the runner lived (a runner that
-    has exited leaves nothing to walk); each is killed only if it is still the process
-    identified then.
+    started while the walk went on. `known`: descendants proven by earlier walks, while
+    the runner lived (a runner that has exited leaves nothing to walk); each is killed
+    only if it is still the process identified then.
     """
     me = os.getpid()
     found = {*known, *verified_descendants(runner)}
