@@ -22,7 +22,7 @@ TEST_JOBS ?= 4
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 
-.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 pytest-3.13-1 pytest-3.13-2 demo bench reach test-exo dist clean
+.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 pytest-3.13-1 pytest-3.13-2 demo bench soak reach test-exo dist clean
 
 all: test
 
@@ -137,6 +137,13 @@ $(BIN)/.bench-installed: $(BIN)/.installed
 # Confined too: the hand-over section's exo runners sweep the machine at their start.
 bench: $(BIN)/.bench-installed
 	$(CONFINED) $(BIN)/python -m bench.run_all
+
+# The guardian left running for an hour (SOAK_SECONDS) under exo churn, confined and
+# niced: fails if its memory, fds or threads grow past their slack (bench/soak.py); the
+# table goes into docs/benchmarks.md. Not part of `make test`.
+SOAK_SECONDS ?= 3600
+soak: $(BIN)/.bench-installed
+	$(CONFINED) nice $(BIN)/python -m bench.run_all --only soak --soak-seconds $(SOAK_SECONDS)
 
 # Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.
 # Builds Python 3.13 venvs with exo's dependencies under .cache/exo-venv (kept).

@@ -3,7 +3,9 @@
     python -m bench.run_all [--only watch,idle] [--rounds 200] [--idle-seconds 60]
     python -m bench.run_all --only guardian [--guardian-idle-seconds 600]
     python -m bench.run_all --only guardian-scan [--scan-seconds 600]
+    python -m bench.run_all --only registry [--registry-starts 10000]
     python -m bench.run_all --only exo-stop [--exo-stop-rounds 5]   (opt-in: real exo)
+    python -m bench.run_all --only soak [--soak-seconds 3600]       (opt-in: `make soak`)
 
 Each section writes bench/results/<section>.md (kept in git); the document is
 assembled from every section file present, so one section can be re-run alone.
@@ -31,6 +33,8 @@ from . import (
     handover_latency,
     idle_cost,
     plot_watch,
+    registry_growth,
+    soak,
     sweep_cost,
     watch_latency,
     worker_start,
@@ -55,12 +59,14 @@ SECTION_ORDER = [
     "launch",
     "guardian",
     "guardian-scan",
+    "registry",
     "start",
+    "soak",
     "exo-stop",
 ]
-OPT_IN = ("exo-stop",)
+OPT_IN = ("exo-stop", "soak")
 """Sections that run only when `--only` names them: they need real exo (EXO_SRC,
-MLX_LM_SRC, as `make test-exo`)."""
+MLX_LM_SRC, as `make test-exo`), or an hour (`make soak`)."""
 
 
 def watch_section(arguments: argparse.Namespace, scratch: Path) -> str:
@@ -338,6 +344,62 @@ def exo_stop_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def registry_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    starts: int = arguments.registry_starts
+    without = registry_growth.simulate(starts, scratch, with_upkeep=False)
+    with_upkeep = registry_growth.simulate(starts, scratch, with_upkeep=True)
+    return "\n".join(
+        [
+            header(
+                "The guardian's files after months of exo starts",
+                f"python -m bench.run_all --only registry --registry-starts {starts}",
+            ),
+            f"{starts:,} simulated exo starts, one every {registry_growth.STEP_SECONDS:g} s "
+            f"of a virtual clock ({starts * registry_growth.STEP_SECONDS / 3600:.0f} hours "
+            f"of starts), each with {registry_growth.RUNNERS_PER_START} runners ended "
+            "by the guardian after exo's SIGKILL: exo's hand-over marker, the worker's watch "
+            "request, the guardian's log lines, and each runner's `begun` and `ended` lines, "
+            "written by the real writers (`bench/registry_growth.py`); one exo in "
+            f"{registry_growth.UNWATCHED_EVERY} dies while no guardian runs, its marker "
+            "left. Without upkeep is the guardian before issue 40 (markers removed only at a "
+            "watched death, `endings.jsonl` compacted only by sweeps, the log never cut); "
+            "with it, each start is followed by a scan's pruning of the watch requests and, "
+            f"every {registry_growth.UPKEEP_EVERY_STARTS} starts (a minute), by "
+            "`guardian.upkeep`; the log is cut at 1 MiB to its newest 256 KiB. Sizes are "
+            "the files' lengths.\n",
+            registry_growth.render(without, with_upkeep),
+            "",
+        ]
+    )
+
+
+def soak_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    seconds: float = arguments.soak_seconds
+    where = machine()
+    result = soak.run(seconds, scratch)
+    text = "\n".join(
+        [
+            header(
+                "The guardian left running: an hour of exo churn (`make soak`)",
+                f"make soak SOAK_SECONDS={seconds:g}",
+                where,
+            ),
+            f"{soak.DESCRIPTION} Sampled every {soak.SAMPLE_SECONDS:g} s "
+            "(`/proc/<pid>/status` VmRSS and Threads, `/proc/<pid>/fd`; files: the "
+            "lengths of every file in the registry and the guardian directory). Slack: RSS "
+            f"{soak.RSS_SLACK_MIB:g} MiB (medians), fds {soak.FDS_SLACK} and threads "
+            f"{soak.THREADS_SLACK} (maxima), files at most {soak.FILES_BOUND_KIB} KiB, no "
+            "runner left behind. Rows: every twelfth sample and the last.\n",
+            soak.render(result),
+            "",
+        ]
+    )
+    if result.problems:
+        print(text, flush=True)
+        sys.exit(f"soak: {'; '.join(result.problems)}")
+    return text
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
@@ -350,7 +412,9 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "launch": launch_section,
     "guardian": guardian_cost.section,
     "guardian-scan": guardian_scan.section,
+    "registry": registry_section,
     "start": start_section,
+    "soak": soak_section,
     "exo-stop": exo_stop_section,
 }
 
@@ -376,8 +440,10 @@ def main() -> None:
     parser.add_argument("--scan-seconds", type=float, default=600.0)
     parser.add_argument("--scan-notice-rounds", type=int, default=40)
     parser.add_argument("--scan-repetitions", type=int, default=300)
+    parser.add_argument("--registry-starts", type=int, default=10_000)
     parser.add_argument("--start-repetitions", type=int, default=40)
     parser.add_argument("--exo-stop-rounds", type=int, default=5)
+    parser.add_argument("--soak-seconds", type=float, default=3600.0)
     arguments = parser.parse_args()
     chosen = [name.strip() for name in arguments.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SECTIONS]

@@ -25,7 +25,7 @@ from typing import Final, cast
 
 from exo_orphan_guard import system
 from exo_orphan_guard.records import guardian_state
-from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.records.user_dir import user_dir
 from exo_orphan_guard.rig import exo_runner
 
 from .stats import Samples
@@ -134,7 +134,7 @@ def _measure(load: int, repetitions: int, scratch: Path) -> StartResult:
         for late in cast(list[float], probe["lateness"]):
             lateness.add(late)
             worst = max(worst, late)
-        _stop_guardian(registry)
+        _stop_guardian()
     total = len(os.listdir("/proc")) if Path("/proc").is_dir() else 0
     return StartResult(load, total, waited, lateness, runner, worst)
 
@@ -148,9 +148,10 @@ def _confined() -> bool:
         return False
 
 
-def _stop_guardian(registry: Path) -> None:
+def _stop_guardian() -> None:
     """The guardian the worker's hook started: each exo start here is a new one."""
-    state = guardian_state.running(host_directory(registry), system.boot_id())
+    home, _ = user_dir(create=False)
+    state = None if home is None else guardian_state.running(home, system.boot_id())
     if state is not None:
         os.kill(state.pid, signal.SIGTERM)
 

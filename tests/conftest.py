@@ -112,6 +112,9 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
         monkeypatch.delenv(name, raising=False)
     registry = tmp_path / "registry"
     monkeypatch.setenv(settings.DIR_ENV, str(registry))
+    # The guardian's lock and state, and the record of begun endings, are per user and
+    # machine whatever the environment: each test has its own all the same.
+    monkeypatch.setenv(settings.USER_DIR_ENV, str(tmp_path / "user"))
     # The watch's tests time runners that never come back from native code (`gil`,
     # `deaf`): wedged by construction, ended at the old 0.5 s bound. The tests of the
     # busy wait set their own (tests/test_busy_ending.py, tests/test_sweep_busy.py).

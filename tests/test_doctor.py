@@ -20,7 +20,7 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli, doctor, service_status
 from exo_orphan_guard.tools.check import Check
-from tests.helpers.guardian import stand_in_guardian
+from tests.helpers.guardian import guardian_home, stand_in_guardian
 
 RUNNER = ProcessInfo(
     pid=Pid(300),
@@ -285,7 +285,7 @@ def test_doctor_on_this_machine_finds_a_real_guardian_and_its_stale_state(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     registry, _ = Registry.open(settings.registry_dir(), create=True)
     assert registry is not None
-    with stand_in_guardian(registry.path) as guardian:
+    with stand_in_guardian(guardian_home()) as guardian:
         (line,) = [c for c in doctor.assess(doctor.gather(None)) if c.name == "guardian"]
         assert line.status == "OK" and line.detail.startswith(f"pid {guardian.pid} since ")
         assert line.next_step == "exo-orphan-guard service install"

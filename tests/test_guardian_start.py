@@ -16,11 +16,12 @@ import pytest
 
 from exo_orphan_guard.exo.guardian_start import ensure_guardian
 from exo_orphan_guard.records import guardian_state
-from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
+from exo_orphan_guard.records.registry import Registry, RunnerRecord
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system import boot_id, process_group, settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.guardian import guardian_home
 from tests.helpers.processes import start_orphan
 from tests.helpers.waiting import wait_until
 
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.machine_wide
 
 
 def _running(registry: Path) -> guardian_state.GuardianState | None:
-    return guardian_state.running(host_directory(registry), boot_id())
+    """The guardian that runs (its state is the user's, not `registry`'s)."""
+    return guardian_state.running(guardian_home(), boot_id())
 
 
 def test_a_worker_starts_one_guardian_detached_and_then_leaves_it_be(
@@ -98,8 +100,8 @@ def test_a_guardian_a_worker_started_leaves_once_no_exo_is_left(
     )
     lines = namespace.stdout.splitlines()
     assert lines and lines[0].startswith("started a guardian"), (lines, namespace.stderr)
-    # Its own pid namespace: a host directory of its own in the registry.
-    (path,) = isolated_environment.glob("*/guardian.log")
+    # Its own pid namespace: a host directory of its own in the guardian's.
+    (path,) = guardian_home().parent.glob("*/guardian.log")
     log = path.read_text()
     assert lines[-1] == "left", log
     assert "no exo process left to watch: leaving" in log, log

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.guardian.service_run import read_pidfile
+from exo_orphan_guard.guardian.leaving import STARTING_SECONDS, starting
+from exo_orphan_guard.guardian.pidfile import read_pidfile
 from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched, remember
 from exo_orphan_guard.records import handover_marker, sightings
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
@@ -137,3 +138,17 @@ def test_a_hand_over_marker_counts_only_for_the_process_that_wrote_it(tmp_path: 
     handover_marker.remove(tmp_path, 4242)
     handover_marker.remove(tmp_path, 4242)
     assert not path.exists()
+
+
+def test_a_young_orphan_not_known_to_be_exo_keeps_a_guardian_from_leaving() -> None:
+    """A runner whose exo died before a scan saw it under its live parent shows it is
+    exo's only once its start-up maps exo's extension: a guardian about to leave
+    waits for that, not for an old one (a notebook's pool child, say)."""
+    orphan = proc(700, 1, exo=False, environment=True)  # create_time 1700.0
+    verdicts = decide(table(orphan), [], SweepOptions(fingerprint=True))
+    (verdict,) = [verdict for verdict in verdicts if verdict.pid == 700]
+    assert verdict.not_known_exo and verdict.action == "spare"
+    assert starting(verdicts, now=1700.0 + STARTING_SECONDS - 1)
+    assert not starting(verdicts, now=1700.0 + STARTING_SECONDS)
+    exo_orphan = decide(table(proc(710, 1)), [], SweepOptions(fingerprint=True))
+    assert not starting(exo_orphan, now=1710.0), "one known to be exo is ended, not waited on"

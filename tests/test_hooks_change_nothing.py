@@ -49,10 +49,10 @@ for thread in threading.enumerate():
 changed = self_look.changes(before, self_look.look())
 # The guardian it started, found as the CLI finds it (it watches this process, alive).
 from exo_orphan_guard.records import guardian_state
-from exo_orphan_guard.records.registry import host_directory
-from exo_orphan_guard.system import boot_id, settings
+from exo_orphan_guard.records.user_dir import user_dir
+from exo_orphan_guard.system import boot_id
 deadline = time.monotonic() + 15
-while (state := guardian_state.running(host_directory(settings.registry_dir()), boot_id())) is None:
+while (state := guardian_state.running(user_dir(create=True)[0], boot_id())) is None:
     if time.monotonic() > deadline:
         break
     time.sleep(0.05)

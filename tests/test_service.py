@@ -22,7 +22,7 @@ from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli, service, service_files
 from exo_orphan_guard.tools.service_files import LABEL, UNIT_NAME, Manager
-from tests.helpers.guardian import stand_in_guardian
+from tests.helpers.guardian import guardian_home, stand_in_guardian
 from tests.helpers.service_fakes import (
     CLI,
     ENVIRON,
@@ -237,7 +237,7 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
 
     assert service.install(context) == 0
     capsys.readouterr()
-    with stand_in_guardian(registry.path) as guardian:
+    with stand_in_guardian(guardian_home()) as guardian:
         assert service.status(context) == 0
         said = capsys.readouterr().out.splitlines()
         assert said[0] == f"installed: yes, {home / UNIT} (enabled, active)"
@@ -257,11 +257,11 @@ def test_status_exits_0_only_while_a_real_guardian_runs(
             "steps": {"clean/interrupt": 1, "killed/grace": 1},
         }
     # SIGKILLed: its guardian.json stays behind and names a process that is gone.
-    assert (registry.path / "guardian.json").is_file()
+    assert (guardian_home() / "guardian.json").is_file()
     assert service.status(context) == 1
     said = capsys.readouterr().out.splitlines()
     assert said[1] == (
-        f"running:   no ({registry.path / 'guardian.json'} names pid {guardian.pid}, which is "
+        f"running:   no ({guardian_home() / 'guardian.json'} names pid {guardian.pid}, which is "
         "gone: it was killed, or it crashed)"
     )
     assert said[3] == f"-> its log: {service.JOURNAL}"

@@ -16,7 +16,7 @@ from exo_orphan_guard.guardian import registry_wait
 from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.tools import service, service_status
-from tests.helpers.guardian import READY, RunningGuardian
+from tests.helpers.guardian import READY, RunningGuardian, guardian_home
 from tests.helpers.service_fakes import ENVIRON, FakeManager, context_for, redirected_home
 
 
@@ -106,12 +106,11 @@ def test_the_wait_backs_off_to_a_minute_and_says_each_reason_once(tmp_path: Path
 
 def test_a_lock_file_it_cannot_open_is_a_reason_to_wait(tmp_path: Path) -> None:
     base = tmp_path / "registry"
-    registry, _ = Registry.open(base, create=True)
-    assert registry is not None
-    (registry.path / "guardian.lock").mkdir()  # opening it for writing fails
+    home = guardian_home()
+    (home / "guardian.lock").mkdir()  # opening it for writing fails
     found, problem = registry_wait.usable_registry(base)
     assert found is None and problem is not None
-    assert problem.startswith(f"orphan registry {registry.path}: cannot open ")
+    assert problem.startswith(f"guardian directory {home}: cannot open ")
 
 
 def test_status_explains_a_guardian_waiting_for_its_registry(
@@ -142,10 +141,11 @@ def test_status_says_no_guardian_json_for_what_it_is(
 ) -> None:
     registry, _ = Registry.open(settings.registry_dir(ENVIRON), create=True)
     assert registry is not None
+    state = guardian_home() / "guardian.json"
     assert service.status(context_for("systemd", FakeManager(home))) == 1
     said = capsys.readouterr().out.splitlines()
     assert said[1] == (
-        f"running:   no (no {registry.path / 'guardian.json'}: none runs, and none has since "
+        f"running:   no (no {state}: none runs, and none has since "
         "it was made or the last one stopped)"
     )
 

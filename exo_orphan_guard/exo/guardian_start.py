@@ -1,8 +1,9 @@
 """With the package installed, exo's worker makes sure a guardian runs, so that a
-source install needs no `service install`: if none of this user's runs, it starts
-one, detached (a session of its own: exo's Ctrl-C never reaches it), that watches
-this worker from the start and leaves by itself once no exo is left to watch. One
-run as a service (launchd, systemd) is left alone, and never leaves.
+source install needs no `service install`: it asks to be watched
+(`watch_requests`), then, unless a guardian of this user's runs and is not leaving,
+starts one, detached (a session of its own: exo's Ctrl-C never reaches it), that
+watches this worker from the start and leaves by itself once no exo is left to
+watch. One run as a service (launchd, systemd) is left alone, and never leaves.
 
 The guardian is started through a short-lived launcher, so that it is not exo's
 child: a guardian never watches its own ancestors (its sweep never ends them), so as
@@ -17,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Final
 
-from ..records import guardian_state
+from ..records import guardian_state, watch_requests
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 from ..system import boot_id, settings
+from ..system.identity import current_identity
 
 LOG_NAME: Final = "guardian.log"
 _LAUNCHER: Final = (
@@ -53,12 +56,17 @@ def ensure_guardian() -> str:
     registry, problem = Registry.open(settings.registry_dir(), create=True)
     if registry is None:
         return f"no guardian started: {problem or 'no registry'}"
-    running = guardian_state.running(registry.path, boot_id())
-    if running is not None:
+    home, problem = user_dir(create=True)
+    if home is None:
+        return f"no guardian started: {problem or 'no guardian directory'}"
+    # First: a guardian that reads the requests from now on watches this process.
+    watch_requests.request(home, current_identity())
+    running = guardian_state.running(home, boot_id())
+    if running is not None and not running.leaving:
         return f"the guardian runs (pid {running.pid}, {running.mode})"
-    if guardian_state.is_held(registry.path):
+    if running is None and guardian_state.is_held(home):
         return "a guardian is starting"
-    pid = _start(registry.path)
+    pid = _start(home)
     return f"started a guardian (pid {pid}), leaving once no exo is left to watch"
 
 

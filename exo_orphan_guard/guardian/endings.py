@@ -12,6 +12,7 @@ start-up sweep, say) cuts exo's own `Runner.shutdown` short.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Final, final
 
@@ -23,6 +24,7 @@ from ..sweeper.sweep_endings import Bounds, Ledger, plan
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
 from ..system.identity import ProcessIdentity
+from .stuck import StuckRunners
 
 KILL_WAIT_SECONDS: Final = 2.0
 OPTIONS: Final = SweepOptions(fingerprint=True)
@@ -59,12 +61,14 @@ def end_runners(
     bounds: Bounds,
     claims: Claims,
     handed: Callable[[Sequence[Verdict]], Collection[ProcessIdentity]],
+    stuck: StuckRunners,
     stop: threading.Event,
     say: Callable[[str], None],
 ) -> None:
     """End what the verdicts mark among `candidates` (None: every process), saying
     what came of each. `handed`: which of the judged targets hand themselves exo's
-    own Shutdown, each left alone for the grace first."""
+    own Shutdown, each left alone for the grace first. `stuck`: told of each target
+    that survived SIGKILL, which is said only the first time."""
     registry, _ = Registry.open(settings.registry_dir(), create=True)
     warnings: list[str] = []
     table, verdicts = judge(registry, OPTIONS, warnings, candidates)
@@ -89,7 +93,13 @@ def end_runners(
             on_signal=ledger.begun,
         )
         for result in ledger.ended(ended):
-            say(f"{why}: {describe(result)}")
+            if result.outcome != "unkillable":
+                say(f"{why}: {describe(result)}")
+            elif stuck.survived(result.target, time.monotonic()):
+                say(
+                    f"{why}: {describe(result)} (state {result.stuck_state or 'unknown'}); "
+                    "tried again ever more rarely, said again only once it is gone"
+                )
     finally:
         claims.release(targets)
 

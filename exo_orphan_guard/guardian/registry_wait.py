@@ -2,7 +2,8 @@
 
 launchd (`KeepAlive`) and systemd (`Restart=always`) restart a guardian that exits,
 forever, every few seconds, and each start would say the same thing again: a registry
-on exFAT or SMB (mode 777, refused), another user's, a read-only disk. Waiting, the
+(or the user's guardian directory) on exFAT or SMB (mode 777, refused), another
+user's, a read-only disk. Waiting, the
 guardian says why once (again only if the reason changes), re-checks on a backoff that
 grows to a minute, writes nothing, and guards as soon as the registry can be used.
 `service status` and `doctor` find the same reason by opening the registry themselves.
@@ -18,6 +19,7 @@ from typing import Final
 
 from ..records.guardian_state import LOCK_NAME
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 
 FIRST_RECHECK_SECONDS: Final = 2.0
 LAST_RECHECK_SECONDS: Final = 60.0
@@ -28,16 +30,20 @@ Opener = Callable[[], tuple[Registry | None, str | None]]
 
 
 def usable_registry(base: Path) -> tuple[Registry | None, str | None]:
-    """This host's registry under `base`, made if missing, with a lock file the
-    guardian can open; else None and why."""
+    """This host's registry under `base`, made if missing, and the user's guardian
+    directory (`user_dir`), with a lock file the guardian can open; else None and
+    why."""
     registry, problem = Registry.open(base, create=True)
     if registry is None:
         return None, problem or f"no registry at {base}"
-    lock = registry.path / LOCK_NAME
+    home, problem = user_dir(create=True)
+    if home is None:
+        return None, problem or "no guardian directory"
+    lock = home / LOCK_NAME
     try:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as error:
-        return None, f"orphan registry {registry.path}: cannot open {lock} ({error.strerror})"
+        return None, f"guardian directory {home}: cannot open {lock} ({error.strerror})"
     os.close(fd)
     return registry, None
 

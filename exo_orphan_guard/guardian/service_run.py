@@ -28,22 +28,28 @@ leaves it. A target is claimed by one ending at a time.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import Final, final
 
 from .._version import __version__
 from ..records import handover_marker
-from ..records.guardian_state import GuardianState, Mode, clear_state, guardian_lock, write_state
+from ..records.guardian_state import (
+    LOCK_NAME,
+    GuardianState,
+    Mode,
+    clear_state,
+    guardian_lock,
+    write_state,
+)
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 from ..sweeper.judging import judge
 from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
 from ..sweeper.sweep_endings import Bounds
@@ -55,14 +61,14 @@ from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .cheap_scan import CheapScan
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
+from .leaving import Leaving, holder_leaving, starting
+from .log import say
+from .pidfile import PidfileReader
+from .stuck import FIRST_RETRY_SCANS, StuckRunners
+from .upkeep import UPKEEP_SCANS, upkeep
 
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
 _FULL_SCAN: Final = None
-
-
-def say(line: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    print(f"{stamp} exo-orphan-guard guardian: {line}", file=sys.stderr, flush=True)
 
 
 def run(
@@ -73,8 +79,8 @@ def run(
     for the registry instead (`registry_wait`): launchd and systemd would restart an
     exit forever. `watch`: exo processes to watch before they have runners (the worker
     that started this guardian). Started by exo's worker (`mode="worker"`), a guardian
-    finding another one running leaves at once: no supervisor restarts it, and the
-    other one guards."""
+    finding another one guarding leaves at once: no supervisor restarts it, and the
+    other one guards; one that is leaving, it waits for (`leaving`)."""
     stop = threading.Event()
     wake: queue.SimpleQueue[ProcessIdentity | None] = queue.SimpleQueue()
 
@@ -101,23 +107,39 @@ def run(
             say(f"cannot guard: {problem}")
             return 2
 
-    def waiting() -> None:
-        if mode == "worker":
-            say(f"another guardian holds {registry.path / 'guardian.lock'}: leaving it to guard")
-            stop.set()
-        else:
-            say(f"another guardian holds {registry.path / 'guardian.lock'}: waiting to take over")
+    home, problem = user_dir(create=False)
+    if home is None:  # made by `usable_registry` a moment ago: gone or changed since
+        say(f"cannot guard: {problem or 'no guardian directory'}")
+        return 2
 
-    with guardian_lock(registry.path, stop, waiting) as held:
-        if not held:
-            return 0
-        me = current_identity()
-        state = GuardianState(me.pid, me.started, boot_id(), time.time(), mode, __version__)
-        write_state(registry.path, state)
-        try:
-            Guardian(stop, wake, leave_when_idle, watch).guard()
-        finally:
-            clear_state(registry.path, state)
+    lock = home / LOCK_NAME
+
+    def waiting() -> None:
+        say(f"another guardian holds {lock}: waiting to take over")
+
+    def keep_waiting() -> bool:
+        # No supervisor restarts a worker-started guardian: one that guards is left to.
+        if mode != "worker" or holder_leaving(home):
+            return True
+        say(f"another guardian holds {lock}: leaving it to guard")
+        return False
+
+    me = current_identity()
+    state = GuardianState(me.pid, me.started, boot_id(), time.time(), mode, __version__)
+    try:
+        with guardian_lock(home, stop, waiting, keep_waiting) as held:
+            if not held:
+                return 0
+            write_state(home, state)
+            try:
+                Guardian(stop, wake, Leaving(home, state), leave_when_idle, watch).guard()
+            finally:
+                # Said before the lock goes, and cleared after: a worker that looks in
+                # between finds a guardian leaving (and starts another), never one that
+                # seems to guard, nor a lock held with no word of who holds it.
+                write_state(home, dataclasses.replace(state, leaving=True))
+    finally:
+        clear_state(home, state)
     say("stopped")
     return 0
 
@@ -128,11 +150,13 @@ class Guardian:
         self,
         stop: threading.Event,
         wake: queue.SimpleQueue[ProcessIdentity | None],
+        leaving: Leaving,
         leave_when_idle: bool,
         watch: Sequence[int] = (),
     ) -> None:
         self._stop = stop
         self._named = tuple(watch)
+        self._leaving = leaving
         self._deaths = wake
         self._leave_when_idle = leave_when_idle
         self._watched: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
@@ -152,6 +176,10 @@ class Guardian:
         self._claims = Claims()
         self._sightings_problem: str | None = None
         self._cheap_scan = CheapScan()
+        self._pidfile = PidfileReader(settings.exo_pidfile())
+        self._pidfile_hangs = False
+        self._starting = False
+        """A young orphan not known to be exo was seen: it may show it is, soon."""
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -161,6 +189,7 @@ class Guardian:
             if warning is not None:
                 say(warning)
         self._interval = interval.value
+        self._stuck = StuckRunners(FIRST_RETRY_SCANS * self._interval)
         self._bounds = Bounds(
             grace=grace.value,
             interrupt_wait=settings.interrupt_bound(busy.value, grace.value),
@@ -176,6 +205,7 @@ class Guardian:
         )
         self._end(_FULL_SCAN, "start-up sweep")
         idle_scans = 0
+        scans = 0
         next_scan = time.monotonic()
         while not self._stop.is_set():
             try:
@@ -198,25 +228,40 @@ class Guardian:
             if self._stop.is_set() or time.monotonic() < next_scan:
                 continue
             self._scan()
+            self._chores(scans)
+            scans += 1
             next_scan = time.monotonic() + self._interval
             idle_scans = 0 if self._busy() else idle_scans + 1
             if self._leave_when_idle and idle_scans >= _IDLE_SCANS_BEFORE_LEAVING:
-                say("no exo process left to watch: leaving")
-                return
+                if self._leaving.may_leave():
+                    say("no exo process left to watch: leaving")
+                    return
+                idle_scans = 0  # an exo asked to be watched: the next scan watches it
+                next_scan = time.monotonic()
         say("stopping")
+
+    def _chores(self, scans: int) -> None:
+        """After scan number `scans`: stuck runners now gone are said, and every
+        `UPKEEP_SCANS` scans the guardian's files are kept bounded (`upkeep`)."""
+        for runner in self._stuck.gone():
+            say(f"runner {runner.pid}, stuck in the kernel after SIGKILL, is gone now")
+        if scans % UPKEEP_SCANS == 0:
+            home = self._leaving.home
+            upkeep(settings.registry_dir(), home, boot_id(), time.time(), time.monotonic())
 
     def _busy(self) -> bool:
         with self._lock:
             self._endings = [thread for thread in self._endings if thread.is_alive()]
-            return bool(self._watched or self._endings)
+            return bool(self._watched or self._endings or self._starting)
 
     def _scan(self) -> None:
         warnings: list[str] = []
         base = settings.registry_dir()
         registry, _ = Registry.open(base, create=False)
         table, verdicts = judge(registry, OPTIONS, warnings, self._cheap_scan.candidates())
-        named = _named(table, (*self._named, *_pid_in_pidfile()))
+        named = _named(table, (*self._named, *self._in_pidfile(), *self._leaving.requested()))
         found = watchlist.exo_processes(table, verdicts, named)
+        self._starting = starting(verdicts, time.time())
         if registry is not None:  # before any exit watch: its ending judges by them
             problem = watchlist.remember(registry.path, table, found)
             if problem is not None and problem != self._sightings_problem:
@@ -249,7 +294,7 @@ class Guardian:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
             ).start()
-        taken = self._claims.taken()
+        taken = self._claims.taken() | self._stuck.resting(time.monotonic())
         orphans = [
             verdict.pid
             for verdict in verdicts
@@ -259,6 +304,20 @@ class Guardian:
         ]
         if orphans:
             self._end(orphans, "orphans found by a scan")
+
+    def _in_pidfile(self) -> tuple[int, ...]:
+        """The pid in exo's pidfile (exo main writes one; releases and the app before
+        it do not), never waited for long (`pidfile`)."""
+        pid, answered = self._pidfile.pid()
+        if answered == self._pidfile_hangs:
+            path = self._pidfile.path
+            say(
+                f"exo's pidfile {path} answers again"
+                if answered
+                else f"exo's pidfile {path} does not answer: scanning without it until it does"
+            )
+        self._pidfile_hangs = not answered
+        return () if pid is None else (pid,)
 
     def _watch_exit(self, process: ProcessIdentity) -> None:
         wait_for_exit(process, usable_waiters(process))
@@ -308,6 +367,7 @@ class Guardian:
                 "bounds": self._bounds,
                 "claims": self._claims,
                 "handed": self._handed_now,
+                "stuck": self._stuck,
                 "stop": self._stop,
                 "say": say,
             },
@@ -319,12 +379,6 @@ class Guardian:
         thread.start()
 
 
-def _pid_in_pidfile() -> tuple[int, ...]:
-    """exo main writes one; releases and the app before it do not."""
-    pid = read_pidfile(settings.exo_pidfile())
-    return () if pid is None else (pid,)
-
-
 def _named(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
     """The processes named to be watched (by exo's pidfile, by `--watch`) that are
     alive: from `table`, or read now."""
@@ -334,13 +388,3 @@ def _named(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
     )
     found = [table.processes.get(Pid(pid)) or read.get(Pid(pid)) for pid in pids]
     return [info for info in found if info is not None]
-
-
-def read_pidfile(path: Path) -> int | None:
-    """The pid in exo's pidfile, read without its lock; None if there is none."""
-    with contextlib.suppress(OSError, ValueError):
-        with open(path, "rb") as file:
-            words = file.read(64).split()
-        pid = int(words[0]) if words else 0
-        return pid if pid > 1 else None
-    return None

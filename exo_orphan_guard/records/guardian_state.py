@@ -1,7 +1,8 @@
 """Who the guardian is: one per user per machine, found by its lock and its state file.
 
-The guardian holds `guardian.lock` (`flock`) in this host's registry directory for as
-long as it runs, and writes `guardian.json` beside it once it holds the lock: its pid
+The guardian holds `guardian.lock` (`flock`) in the user's guardian directory
+(`user_dir`: per user and machine, whatever the environment) for as long as it runs,
+and writes `guardian.json` beside it once it holds the lock: its pid
 and start (its identity), when it started, and how it was started. The lock decides
 who guards; the state file says who that is, for `service status` and `doctor`. A
 state file whose process is gone (a guardian SIGKILLed) says nothing: `running`
@@ -48,6 +49,8 @@ class GuardianState:
     """Wall-clock time it took the lock (for people)."""
     mode: Mode
     version: str
+    leaving: bool = False
+    """It is about to leave (`watch_requests`): a worker finding it so starts another."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -62,6 +65,7 @@ class GuardianState:
             "since": self.since,
             "mode": self.mode,
             "version": self.version,
+            "leaving": self.leaving,
         }
         return json.dumps(document, sort_keys=True).encode() + b"\n"
 
@@ -76,6 +80,7 @@ def parse_state(data: bytes) -> GuardianState | None:
     fields = {str(key): value for key, value in cast(dict[object, object], document).items()}
     pid, started, since = fields.get("pid"), fields.get("started"), fields.get("since")
     boot_id, mode, version = fields.get("boot_id"), fields.get("mode"), fields.get("version")
+    leaving = fields.get("leaving", False)
     if (
         fields.get("schema") != SCHEMA
         or not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0)
@@ -84,6 +89,7 @@ def parse_state(data: bytes) -> GuardianState | None:
         or not isinstance(boot_id, str)
         or mode not in MODES
         or not isinstance(version, str)
+        or not isinstance(leaving, bool)
     ):
         return None
     return GuardianState(
@@ -93,6 +99,7 @@ def parse_state(data: bytes) -> GuardianState | None:
         since=float(since),
         mode=mode,
         version=version,
+        leaving=leaving,
     )
 
 
@@ -127,8 +134,10 @@ def write_state(directory: Path, state: GuardianState) -> None:
 
 
 def clear_state(directory: Path, state: GuardianState) -> None:
-    """Remove `guardian.json` if it is still `state`'s (a successor's is left)."""
-    if read_state(directory) == state:
+    """Remove `guardian.json` if it is still `state`'s process's (a successor's is
+    left)."""
+    found = read_state(directory)
+    if found is not None and found.identity == state.identity:
         with contextlib.suppress(OSError):
             os.unlink(directory / STATE_NAME)
 
@@ -138,10 +147,12 @@ def guardian_lock(
     directory: Path,
     stop: threading.Event | None = None,
     on_wait: Callable[[], None] | None = None,
+    keep_waiting: Callable[[], bool] | None = None,
 ) -> Generator[bool]:
     """Hold `guardian.lock` while the block runs: True once held. Another guardian
-    holding it: wait (calling `on_wait` once) until it lets go or `stop` is set (then
-    False). The kernel lets go of a dead holder's lock at its exit."""
+    holding it: wait (calling `on_wait` once) until it lets go, or until `stop` is set
+    or `keep_waiting`, asked before each wait, says no (then False). The kernel lets
+    go of a dead holder's lock at its exit."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(directory / LOCK_NAME, flags, 0o600)
     try:
@@ -151,6 +162,9 @@ def guardian_lock(
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                if keep_waiting is not None and not keep_waiting():
+                    yield False
+                    return
                 if on_wait is not None and not told:
                     on_wait()
                     told = True

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Final, cast
 
+from .. import system
 from . import trust
 
 DIRECTORY_NAME: Final = "handover"
@@ -25,6 +26,7 @@ START_SLACK_SECONDS: Final = 2.0
 """A process's wall-clock start, as psutil tells it, moves with clock steps and (macOS)
 a boot time read in whole seconds."""
 _MAX_BYTES: Final = 4096
+_STALE_TEMPORARY_SECONDS: Final = 60.0
 
 
 def marker_path(base: Path, pid: int) -> Path:
@@ -59,3 +61,38 @@ def hands_over(base: Path, pid: int, wall_start: float) -> bool:
 def remove(base: Path, pid: int) -> None:
     with contextlib.suppress(OSError):
         os.unlink(marker_path(base, pid))
+
+
+def remove_stale(base: Path, now: float) -> int:
+    """Remove the markers no process can claim any more: their pid is gone, or now
+    held by a process that started after the marker was written, or they are not
+    markers at all; and exo's temporaries (`.*.tmp`) older than a minute, of a
+    writer that died before its rename. How many were removed. A marker is removed at
+    its exo's watched death too; this is for those that died unwatched."""
+    directory = base / DIRECTORY_NAME
+    try:
+        if trust.problem(os.lstat(directory), os.geteuid(), "directory") is not None:
+            return 0
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        path = directory / name
+        with contextlib.suppress(OSError):
+            if name.startswith(".") and name.endswith(".tmp"):
+                stale = now - os.lstat(path).st_mtime > _STALE_TEMPORARY_SECONDS
+            elif name.endswith(".json") and name[: -len(".json")].isdigit():
+                stale = _claims_nothing(base, int(name[: -len(".json")]))
+            else:
+                continue
+            if stale:
+                os.unlink(path)
+                removed += 1
+    return removed
+
+
+def _claims_nothing(base: Path, pid: int) -> bool:
+    at = written_at(base, pid)
+    details = system.process_details(pid)
+    return at is None or details is None or at < details.create_time - START_SLACK_SECONDS

@@ -78,6 +78,7 @@ RunnerKind = Literal[
     "exofull",
     "wedged",
     "threads",
+    "slowexit",
 ]
 """idle: sleeps in Python and catches nothing. gil: holds the GIL in native code
 that does not return when a signal comes (as `mx.distributed.init()` sits in its
@@ -119,7 +120,10 @@ its worker died. masked: SIGUSR1 blocked in every thread, naps in Python, 50 ms 
 time. maskedsleep: the same mask, one long sleep
 (`notice_blockers`). exoidle, exoload, exoeval, exofull: exo-shaped (`exo_runner`). wedged:
 as gil, with SIGINT blocked too: what only SIGKILL ends. threads: waits for its next
-task as exo main's runner does, among threads (`runner_threads`)."""
+task as exo main's runner does, among threads (`runner_threads`). slowexit: sleeps in
+Python, catching nothing; its unwinding (a `finally`, notes `unwinding` and `unwound`)
+takes `SLOW_EXIT_SECONDS`, as a runner letting go of a model does: a second SIGINT
+meanwhile cuts it short."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
 Watch = Literal["guard", "exo", "pr2205", "none"]
 """exo: guarded as exo's patched entrypoint guards its runners (`exo_runner`)."""
@@ -160,6 +164,9 @@ SHUTDOWN_SECONDS = 1.5
 longer than the second after which a WorkerGone is raised again outside
 `ending_cleanly()`."""
 SHUTDOWN_SECONDS_ENV = "EOG_SCENARIO_SHUTDOWN_SECONDS"
+SLOW_EXIT_SECONDS = 3.0
+"""How long a `slowexit` runner's unwinding takes (as issue 40 reproduced two
+guardians' SIGINTs cutting one short)."""
 SLOW_FORK_SECONDS_ENV = "EOG_SCENARIO_SLOW_FORK_SECONDS"
 """Seconds a process this runner forks (its watchdog) sleeps before its first line of
 its own, as coverage's fork hook or a loaded machine can keep it: the runner may be
@@ -259,6 +266,14 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
     if kind == "exit":
         ending_hazards.return_with_work_left(note, go_file)
         return
+    if kind == "slowexit":
+        try:
+            while True:
+                time.sleep(3600)
+        finally:
+            note.write("unwinding")
+            time.sleep(SLOW_EXIT_SECONDS)
+            note.write("unwound")
     if kind == "shutdown":
         while not os.path.exists(f"{go_file}.shutdown"):  # asked, as by exo's Shutdown task
             time.sleep(0.005)

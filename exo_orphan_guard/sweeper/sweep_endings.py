@@ -1,6 +1,9 @@
 """How each judged target is to be ended (`plan`, pure), and the ledger a sweeper
 keeps of its endings in `endings.jsonl` (`Ledger`): what it has begun, so that no
-other sweeper signals the same runner again, and how each ended, for `doctor`.
+other sweeper signals the same runner again, and how each ended, for `doctor`. What
+it has begun goes to the user's `begun_record` too, which every sweeper reads beside
+its registry's lines: it is one per user and machine, whatever registry the
+environment names.
 
 The guardian, the CLI's sweep and exo's worker hook all plan with `plan` and write
 with a `Ledger`; `engine.end` does what lies between.
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Final, final
 
 from ..records import endings
+from ..records.begun_record import BegunRecord
 from ..records.endings import By, Ending, EndSignal, How, Step
 from ..system.identity import ProcessIdentity
 from ..system.settings import WEDGE_SECONDS
@@ -219,12 +223,17 @@ class Ledger:
         self._by: By = by
         self._verdicts = verdicts
         self._on_wait = on_wait
+        self._record = BegunRecord()
+        self._targets = frozenset(verdict.pid for verdict in verdicts if verdict.action == "kill")
+        """What this ledger is asked about: only their lines are read."""
         self.began = time.monotonic()
 
     def latest(self) -> dict[ProcessIdentity, Ending]:
-        if self._path is None:
-            return {}
-        return endings.latest(endings.read(self._path, self._boot_id))
+        """The newest word on each runner, from the registry and the user's record of
+        begun endings, in the order they were written."""
+        here = [] if self._path is None else endings.read(self._path, self._boot_id, self._targets)
+        begun = self._record.read(self._boot_id)
+        return endings.latest(sorted((*here, *begun), key=lambda ending: ending.at))
 
     def leaving_alone(
         self,
@@ -241,8 +250,7 @@ class Ledger:
         for identity, until in waits.items():
             if identity in handed and identity not in latest:
                 shown[identity] = self._line(identity, until, _HANDED_OVER)
-                if self._path is not None:
-                    endings.append(self._path, shown[identity])
+                self._write_begun(shown[identity])
         if self._on_wait is not None:
             for line in wait_lines(self._verdicts, waits, shown, now, time.time()):
                 self._on_wait(line)
@@ -304,8 +312,12 @@ class Ledger:
         return ended
 
     def _begun(self, identity: ProcessIdentity, deadline: float, why: str) -> None:
+        self._write_begun(self._line(identity, deadline, why))
+
+    def _write_begun(self, line: Ending) -> None:
         if self._path is not None:
-            endings.append(self._path, self._line(identity, deadline, why))
+            endings.append(self._path, line)
+        self._record.append(line)
 
     def _line(self, identity: ProcessIdentity, deadline: float, why: str) -> Ending:
         return Ending(

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, ParamSpec, final
 
-from ..records import endings
+from ..records import begun_record, endings
 from ..records.freeze_journal import FreezeJournal, thaw_abandoned
 from ..records.registry import LockUnavailableError, Registry
+from ..records.user_dir import user_dir
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
@@ -249,6 +250,9 @@ def _settle(
     boot_id: str,
 ) -> None:
     endings.compact(registry.path / endings.ENDINGS_NAME, boot_id)
+    home, _ = user_dir(create=False)
+    if home is not None:
+        begun_record.compact(home, boot_id, time.monotonic())
     left = {result.target.pid for result in results if result.outcome == "unkillable"}
     left |= {target.pid for target in _not_acted_on(verdicts, results)}
     for record_path in _settled_records(verdicts, left):

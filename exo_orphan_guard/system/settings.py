@@ -6,6 +6,7 @@ Nothing here raises on bad input: the guard must never break exo because of a ty
 from __future__ import annotations
 
 import os
+import pwd
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -237,6 +238,34 @@ def exo_pidfile(environ: Mapping[str, str] | None = None, platform: str = sys.pl
     """Where exo main writes `exo.pid`, in its cache directory. Read only: exo holds
     its lock (flopen), and taking it would fail exo's next start."""
     return exo_cache_home(environ, platform) / "exo.pid"
+
+
+USER_DIR_ENV: Final = "EXO_ORPHAN_GUARD_USER_DIR"
+USER_DIR_NAME: Final = ".exo-orphan-guard"
+
+
+def user_dir_setting(environ: Mapping[str, str] | None = None) -> Parsed[Path]:
+    """Where the guardian keeps what is one per user and machine (`records.user_dir`):
+    `~/.exo-orphan-guard` in the home the password database names, which no
+    environment variable moves (`HOME` neither: launchd, systemd, sudo and exo's app
+    each set their own). `EXO_ORPHAN_GUARD_USER_DIR` moves it, for tests and
+    sandboxes: set for every process of the user, or for none."""
+    env = os.environ if environ is None else environ
+    raw = env.get(USER_DIR_ENV, "").strip()
+    default = _password_home() / USER_DIR_NAME
+    if not raw:
+        return Parsed(default)
+    chosen = Path(raw).expanduser()
+    if not chosen.is_absolute():
+        return Parsed(default, f"{USER_DIR_ENV}={raw!r} is not an absolute path: using {default}")
+    return Parsed(chosen)
+
+
+def _password_home() -> Path:
+    try:
+        return Path(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:  # a uid with no entry (a container's): the only home there is
+        return Path.home()
 
 
 SCAN_INTERVAL_ENV: Final = "EXO_ORPHAN_GUARD_SCAN_INTERVAL"

@@ -23,6 +23,7 @@ from ..exo import patching
 from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 from ..sweeper.judging import judge
 from ..sweeper.process_table import ProcessInfo, ProcessTable
 from ..sweeper.verdicts import SweepOptions, Verdict
@@ -135,7 +136,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
     guardian = service_status.read(
         manager,
         installed,
-        None if registry is None else registry.path,
+        user_dir(create=False)[0],
         table.boot_id,
         seen,
         registry_problem=problem,

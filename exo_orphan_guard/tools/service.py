@@ -23,6 +23,7 @@ from typing import Final, final
 from .. import system
 from ..records import endings
 from ..records.registry import Registry
+from ..records.user_dir import user_dir
 from ..system import settings
 from . import service_checks, service_disk, service_files, service_status
 from .service_control import (
@@ -241,11 +242,18 @@ def gather_status(context: Context) -> StatusReport:
         if manager == "systemd" and problem is None:
             linger = lingering(context.uid, context.run, context.which)
     registry, unusable = Registry.open(settings.registry_dir(context.environ), create=False)
+    # Not by `context.environ`: it is the user's, whatever the environment.
+    home, home_problem = user_dir(create=False)
     boot_id = system.boot_id()
     seen = [] if registry is None else endings.read(registry.path / endings.ENDINGS_NAME, boot_id)
-    directory = None if registry is None else registry.path
     facts = service_status.read(
-        manager, installed, directory, boot_id, seen, registry_problem=unusable, linger=linger
+        manager,
+        installed,
+        home,
+        boot_id,
+        seen,
+        registry_problem=unusable or home_problem,
+        linger=linger,
     )
     return StatusReport(facts, file_state, job, problem, logs)
 

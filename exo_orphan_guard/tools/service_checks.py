@@ -51,7 +51,7 @@ _RANGES: Final[Mapping[str, tuple[Callable[[str], str | None], str]]] = {
 }
 """The guardian's settings with a range: what it warns about (its own parser's word)
 and what it takes."""
-_PATHS: Final = (settings.DIR_ENV, settings.XDG_CACHE_ENV)
+_PATHS: Final = (settings.DIR_ENV, settings.XDG_CACHE_ENV, settings.USER_DIR_ENV)
 
 
 def root_problem(
@@ -110,9 +110,10 @@ def setting_problems(environment: Sequence[tuple[str, str]], manager: Manager) -
 
 
 def _absolute(name: str, value: str) -> bool:
-    # The registry's own setting takes `~` (expanded with the guardian's HOME, the
+    # The package's own settings take `~` (expanded with the guardian's HOME, the
     # same user's); exo takes XDG_CACHE_HOME as it is.
-    return os.path.isabs(os.path.expanduser(value) if name == settings.DIR_ENV else value)
+    tilde = name in (settings.DIR_ENV, settings.USER_DIR_ENV)
+    return os.path.isabs(os.path.expanduser(value) if tilde else value)
 
 
 def ephemeral_problem(

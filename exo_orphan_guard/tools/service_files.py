@@ -39,10 +39,12 @@ GUARDIAN_SETTINGS: Final = (
     settings.BUSY_WAIT_ENV,
     settings.SCAN_INTERVAL_ENV,
     settings.BACKEND_ENV,
+    settings.USER_DIR_ENV,
 )
 """What the guardian reads: where exo keeps its cache (the registry and the hand-over
-markers), the registry, its bounds and its backend. Not the toggle, the runners'
-strategy nor the CLI's ssh settings: the guardian reads none of them."""
+markers), the registry, its bounds, its backend, and its own directory if moved. Not
+the toggle, the runners' strategy nor the CLI's ssh settings: the guardian reads none
+of them."""
 _PLAIN_WORD: Final = re.compile(r"[\w@%+=:,./-]+")
 
 

@@ -1,8 +1,8 @@
 """What `service status` and `doctor`'s `guardian` line say: whether the guardian is
 installed, whether it runs, and what it has ended since boot.
 
-It runs when `guardian.json` in the registry's host directory names a live process of
-this boot (`guardian_state.running`: pid and start, never the pid alone); its lock
+It runs when `guardian.json` in the user's guardian directory (`user_dir`) names a
+live process of this boot (`guardian_state.running`: pid and start, never the pid alone); its lock
 alone, held without a state file, is a guardian starting, not one running yet. One
 that does not run is told apart by what is there: no registry, a registry it cannot
 use (an installed guardian then waits for it, guarding nothing), no `guardian.json`,
@@ -56,11 +56,12 @@ class GuardianFacts:
     running: GuardianState | None
     lock_held: bool | None
     directory: Path | None
-    """The registry's host directory, where the guardian keeps its lock and state."""
+    """The user's guardian directory (`user_dir`), where the guardian keeps its lock and
+    state; None: there is none yet."""
     ended: tuple[Ending, ...]
     """The guardian's own `ended` lines since boot, one per runner."""
     registry_problem: str | None = None
-    """Why the registry cannot be used (then `directory` is None)."""
+    """Why the registry, or the guardian directory, cannot be used."""
     last: GuardianState | None = None
     """What `guardian.json` says, the process alive or not."""
     state_file: bool = False
@@ -100,7 +101,8 @@ def read(
     registry_problem: str | None = None,
     linger: bool | None = None,
 ) -> GuardianFacts:
-    """The facts, from this boot's endings (`seen`) and the files in `directory`."""
+    """The facts, from this boot's endings (`seen`) and the files in the guardian
+    `directory`."""
     state_file = directory is not None and (directory / guardian_state.STATE_NAME).exists()
     return GuardianFacts(
         manager=manager,
@@ -207,7 +209,7 @@ def _not_running(facts: GuardianFacts) -> str:
     if facts.registry_problem is not None:
         return f"it cannot use the registry: {facts.registry_problem}"
     if facts.directory is None:
-        return "no registry here yet: no guardian has run"
+        return "no guardian directory here yet: no guardian has run"
     state = facts.directory / guardian_state.STATE_NAME
     if not facts.state_file:
         return (

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
+from exo_orphan_guard.records.user_dir import user_dir
 from exo_orphan_guard.system import boot_id
 from exo_orphan_guard.system.identity import ProcessIdentity
 
@@ -32,7 +33,8 @@ directory = Path(sys.argv[1])
 with guardian_state.guardian_lock(directory) as held:
     me = current_identity()
     state = guardian_state.GuardianState(
-        me.pid, me.started, system.boot_id(), time.time(), "service", "0.0.test"
+        me.pid, me.started, system.boot_id(), time.time(), sys.argv[2], "0.0.test",
+        leaving=sys.argv[3] == "leaving",
     )
     guardian_state.write_state(directory, state)
     print("ready", flush=True)
@@ -112,6 +114,13 @@ def guardian(registry: Path, *arguments: str, **env: str) -> Generator[RunningGu
         running.stop()
 
 
+def guardian_home() -> Path:
+    """The user's guardian directory (`user_dir`), made if missing."""
+    home, problem = user_dir(create=True)
+    assert home is not None, problem
+    return home
+
+
 def guardian_endings(registry: Path) -> list[endings.Ending]:
     path = host_directory(registry) / endings.ENDINGS_NAME
     return [ending for ending in endings.read(path, boot_id()) if ending.by == "guardian"]
@@ -133,11 +142,15 @@ def ended_line(
 
 
 @contextlib.contextmanager
-def stand_in_guardian(directory: Path) -> Generator[subprocess.Popen[str]]:
+def stand_in_guardian(
+    directory: Path, mode: str = "service", *, leaving: bool = False
+) -> Generator[subprocess.Popen[str]]:
     """Running, holding the lock, once entered; SIGKILLed on the way out (its state
-    file stays, as a killed guardian's does)."""
+    file stays, as a killed guardian's does). `leaving`: its state says it is about
+    to leave."""
+    words = [str(directory), mode, "leaving" if leaving else "staying"]
     process = subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT, str(directory)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _SCRIPT, *words], stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
