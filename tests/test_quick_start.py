@@ -226,6 +226,9 @@ def test_exo_from_source_runs_patched_with_the_package_from_the_checkout(
     patch_line, run_line = the_quick_start().source
     applied = account.run(patch_line).stdout
     assert applied.startswith(f"series {SERIES.name} ("), applied
+    # Its advice names what the CLI was installed from: the quick start's next line.
+    checkout = account.home / "src" / "exo-orphan-guard"
+    assert f"(uv run --with {checkout} exo)" in applied, applied
     report = json.loads(account.run(run_line).stdout)
     assert report["toggle"] == "true"
     assert report["hooks"] is True
