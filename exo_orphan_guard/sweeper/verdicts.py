@@ -107,13 +107,11 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord, options: SweepOptio
         return verdict("spare", "cannot read the process now holding its pid")
     process = table.processes.get(record.pid)
     if process is None or process.exited:
-        if (
-            record.pgid == record.pid
-            and record.pgid not in table.scanned_groups
-            and not _maybe_alive(table, record.worker)
-        ):
+        if record.pgid == record.pid and record.pgid not in table.scanned_groups:
             # It died after the sweep chose which groups to read: keep the record
-            # until a pass has judged what it left in its group.
+            # until a pass has judged what it left in its group. Whatever the snapshot
+            # says of its worker: read before the runner, a worker seen alive may have
+            # died since and taken the runner with it (PR_SET_PDEATHSIG).
             reason = "runner has exited; its group is judged on the next pass"
             return Verdict(record.pid, "spare", reason, None, None, loaded, labels, again=True)
         return verdict("forget", "runner has exited")
