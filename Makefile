@@ -159,11 +159,21 @@ reach: $(BIN)/.bench-installed
 	@test -n "$(EXO_SRC)" || { echo "make reach EXO_SRC=<git clone of exo-explore/exo> [STEP=10]"; exit 2; }
 	$(BIN)/python -m bench.reach --exo-src "$(EXO_SRC)" --step $(STEP) --python313 "$(PYTHON313)"
 
-# Wheel and sdist into dist/, then their metadata checked (twine check --strict).
-dist: $(BIN)/.installed
-	rm -rf dist
-	$(BIN)/python -m build --outdir dist .
-	$(BIN)/twine check --strict dist/*
+# Wheel and sdist into DIST_DIR, then their metadata checked (twine check --strict),
+# from a venv of their own holding build and twine only: none of the test or dev
+# environment (mlx, pyinstaller, basedpyright) and no system package.
+DIST_VENV ?= .venv-dist
+DIST_DIR ?= dist
+
+$(DIST_VENV)/bin/.installed:
+	$(PYTHON) -m venv $(DIST_VENV)
+	$(DIST_VENV)/bin/python -m pip install -q --disable-pip-version-check build twine
+	touch $@
+
+dist: $(DIST_VENV)/bin/.installed
+	rm -rf $(DIST_DIR)
+	$(DIST_VENV)/bin/python -m build --outdir $(DIST_DIR) .
+	$(DIST_VENV)/bin/twine check --strict $(DIST_DIR)/*
 
 clean:
-	rm -rf $(VENV) $(VENV313) .pytest_cache .ruff_cache dist build .coverage .coverage.*
+	rm -rf $(VENV) $(VENV313) $(DIST_VENV) .pytest_cache .ruff_cache dist build .coverage .coverage.*

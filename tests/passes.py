@@ -101,6 +101,10 @@ SINGLE_BACKEND: Final[Mapping[str, str]] = {
     ),
     "tests.test_exo_uv_install": "packaging (uv lock, sync, the wheel in exo's venv)",
     "tests.test_dist": "packaging (the wheel and sdist, a clean venv)",
+    "tests.test_quick_start": (
+        "the README's commands in a new account's environment, which the pass's backend "
+        "setting does not reach; the parts they run are tested on both backends"
+    ),
 }
 """Modules the rule marks `backend` that run on the Linux backend only, and why."""
 SINGLE_INTERPRETER: Final[Mapping[str, str]] = {

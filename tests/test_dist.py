@@ -5,6 +5,7 @@ passes `exo-orphan-guard selftest`."""
 from __future__ import annotations
 
 import email.parser
+import os
 import subprocess
 import sys
 import tarfile
@@ -17,7 +18,8 @@ from exo_orphan_guard._version import __version__
 from exo_orphan_guard.exo import bugfix, patching, placement
 
 from .helpers.cli import run_cli
-from .helpers.dist import ROOT, Dist, built_dist
+from .helpers.dist import ROOT, Dist, built_dist, wheelhouse
+from .test_exo_uv_install import REQUIREMENTS
 
 EXO_LOCKED_PSUTIL = "7.2.1"
 
@@ -121,3 +123,52 @@ def test_the_wheel_installs_into_a_clean_venv_and_passes_its_selftest(
     )
     assert selftest.returncode == 0, selftest.stdout + selftest.stderr
     assert "PASS: every strategy did what it is designed to do." in selftest.stdout
+
+
+def test_make_dist_sets_up_only_build_and_twine(tmp_path: Path) -> None:
+    """`make dist` (issue 42): none of the test or dev environment, no system package.
+    What it would run where nothing is set up, then its build run for real, from a
+    dist venv that has build and twine (this one's), offline: the build back-end
+    comes from a local directory of distributions."""
+    dist_venv, out = tmp_path / "dist-venv", tmp_path / "dist"
+    where = [f"VENV={tmp_path / 'no-venv'}", f"DIST_VENV={dist_venv}", f"DIST_DIR={out}"]
+    planned = subprocess.run(
+        ["make", "--no-print-directory", "-n", "dist", *where],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    installs = [line for line in planned.splitlines() if "pip install" in line]
+    assert installs == [
+        f"{dist_venv}/bin/python -m pip install -q --disable-pip-version-check build twine"
+    ], planned
+    for unwanted in ("no-venv", "ensure-test-packages", "apt-get", ".[test"):
+        assert unwanted not in planned, planned
+
+    bin_dir = dist_venv / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, target in (
+        ("python", sys.executable),
+        ("twine", Path(sys.executable).parent / "twine"),
+    ):
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {target} "$@"\n')
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / ".installed").touch()
+    offline = {
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(wheelhouse("uv-wheelhouse", REQUIREMENTS)),
+    }
+    built = subprocess.run(
+        ["make", "--no-print-directory", "dist", *where],
+        cwd=ROOT,
+        env={**os.environ, **offline},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert sorted(path.name for path in out.iterdir()) == [
+        f"exo_orphan_guard-{__version__}-py3-none-any.whl",
+        f"exo_orphan_guard-{__version__}.tar.gz",
+    ]

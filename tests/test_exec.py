@@ -220,7 +220,13 @@ def test_a_command_deaf_to_sigterm_is_killed_with_its_tree_after_the_grace(
     assert process.returncode == 128 + signal.SIGKILL
     assert 0.4 < waited < 3.0
     assert gone_within(tree, GONE_WITHIN_SECONDS)
-    assert "SIGKILL in 0.5 s" in (process.stderr.read() if process.stderr else "")
+    said = process.stderr.read() if process.stderr else ""
+    assert said.splitlines() == [
+        f"exo-orphan-guard exec: got SIGTERM: passed on to the command (pid {tree[0].pid}); "
+        "SIGKILL to it and its process group if it has not exited 0.5 s later",
+        f"exo-orphan-guard exec: the command (pid {tree[0].pid}) has not exited within 0.5 s: "
+        "SIGKILL to it and its process group",
+    ]
 
 
 def test_a_command_killed_by_a_signal_exits_128_plus_n() -> None:

@@ -64,7 +64,7 @@ def test_ranks_and_their_children_die_with_the_launcher(
     assert deaf.wrapper is not None
     deaf_tree = set(deaf.tree)
     tracked = launcher.all_processes()
-    assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (watchdogs not counted)
+    assert len(tracked) == 9  # 4 wrappers, 4 ranks, 1 child (keepers not counted)
     if unwrapped is not None:
         launch_scenario.kill_launcher(unwrapped)
     killed_at = launch_scenario.kill_launcher(launcher)
@@ -87,14 +87,13 @@ def test_ranks_and_their_children_die_with_the_launcher(
 def test_the_wrapper_is_recorded_and_a_sweep_kills_it_once_its_launcher_is_gone(
     launchers: list[StartedLauncher], isolated_environment: Path
 ) -> None:
-    # Only the watch thread is armed, and the wrapper is stopped: its watch cannot
-    # act, as if it were stuck. The sweep must see it as a runner of a dead worker.
+    # The wrapper is stopped, as if it were stuck: it cannot act, and its keeper waits
+    # its grace (10 s) and a margin before it ends it. The sweep, within that time,
+    # must see it as a runner of a dead worker.
     launcher = launch_scenario.start_launcher(
         ["idle"],
         wrapper=launch_scenario.wrapper_words(stdin_hup=False),
         registry=isolated_environment,
-        # A thread-only watch: pidfd on Linux, poll on the portable backend.
-        extra_env={"EXO_ORPHAN_GUARD_STRATEGY": "pidfd" if system.BACKEND == "linux" else "poll"},
     )
     launchers.append(launcher)
     rank = launcher.ranks[0]

@@ -276,3 +276,35 @@ def test_the_extra_is_added_once_at_the_end_of_its_table_or_in_a_new_one() -> No
     )
     quoted = PYPROJECT.replace(b'build = ["nanobind"]', b'"orphan-guard" = ["x"]')
     assert uv_project.with_extra(quoted) == quoted
+
+
+def test_the_installed_source_is_what_the_installer_recorded_if_it_is_still_there(
+    tmp_path: Path,
+) -> None:
+    """PEP 610's direct_url.json, as `uv tool install ~/src/exo-orphan-guard` writes it:
+    the advice names that checkout (issue 42), never a path that is not one."""
+    checkout = tmp_path / "src" / "exo-orphan-guard"
+    checkout.mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "exo-orphan-guard"\n')
+    wheel = tmp_path / "exo_orphan_guard-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("exo_orphan_guard/__init__.py", "")
+    other = tmp_path / "other"
+    other.mkdir()
+
+    def recorded(url: str, info: str = '"dir_info": {}') -> str:
+        return f'{{"url": "{url}", {info}}}'
+
+    installed_from = uv_project.installed_from
+    assert installed_from(recorded(checkout.as_uri())) == checkout
+    assert installed_from(recorded(wheel.as_uri(), '"archive_info": {}')) == wheel
+    for not_a_source in (
+        recorded(other.as_uri()),  # a directory, but not a checkout of the package
+        recorded((tmp_path / "gone").as_uri()),
+        recorded("https://example.org/exo_orphan_guard-0.1.0-py3-none-any.whl"),
+        recorded("git+https://example.org/exo-orphan-guard", '"vcs_info": {}'),
+        "not json",
+        "[]",
+        None,
+    ):
+        assert installed_from(not_a_source) is None, not_a_source

@@ -184,7 +184,7 @@ def test_the_exec_wrapper_spares_a_process_that_took_a_walked_pid(
         # Planted in a session of its own, and no one's child it could be killed as.
         assert innocent is not None, "the wrapper signalled a pid reused since its walk"
         assert scenarios.alive([innocent])
-        # The wrapper's watchdog is a fork made after the walk was patched: its own walk
+        # The wrapper's keeper is a fork made after the walk was patched: its own walk
         # fails, and it must still end the wrapper's group, itself included.
         assert wait_until(lambda: not system.group_members([wrapper.pid]), 5.0), (
             "the wrapper's group outlived it"

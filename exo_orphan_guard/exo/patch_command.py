@@ -269,12 +269,17 @@ def _no_source_advice(tree: Path) -> str:
 
 
 def suggested_source() -> str:
-    """This checkout, when the CLI runs from one; else where a wheel would be."""
+    """This checkout, when the CLI runs from one; else what it was installed from
+    (`uv tool install ~/src/exo-orphan-guard`: that checkout); else where a wheel
+    would be."""
     checkout = Path(__file__).resolve().parents[2]
     try:
         uv_project.validate_source(checkout)
     except uv_project.SourceError:
-        return f"/path/to/exo_orphan_guard-{__version__}-py3-none-any.whl"
+        installed = uv_project.installed_from(uv_project.recorded_direct_url())
+        if installed is None:
+            return f"/path/to/exo_orphan_guard-{__version__}-py3-none-any.whl"
+        return str(installed)
     return str(checkout)
 
 

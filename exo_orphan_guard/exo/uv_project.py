@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -27,6 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, cast, final
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 from .patching import write_atomically
 
@@ -81,6 +84,32 @@ def validate_source(raw: Path) -> Source:
         f"--source {path}: not a wheel (exo_orphan_guard-*.whl), an sdist "
         f"(exo_orphan_guard-*.tar.gz) or a checkout of {PACKAGE}"
     )
+
+
+def installed_from(direct_url: str | None) -> Path | None:
+    """Where this package was installed from, as its installer recorded it (PEP 610's
+    `direct_url.json`, which uv and pip write): a checkout, wheel or sdist on this
+    machine that is still there; None for anything else (an index, a URL, no record).
+    `uv tool install ~/src/exo-orphan-guard` records the checkout."""
+    try:
+        url = json.loads(direct_url or "null")
+    except ValueError:
+        return None
+    where = cast("dict[str, object]", url).get("url") if isinstance(url, dict) else None
+    if not isinstance(where, str) or not where.startswith("file://"):
+        return None
+    try:
+        return validate_source(Path(url2pathname(urlparse(where).path))).path
+    except SourceError:
+        return None
+
+
+def recorded_direct_url() -> str | None:
+    """This package's `direct_url.json`, as installed (None: none, or no install)."""
+    try:
+        return importlib.metadata.distribution(PACKAGE).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _project_name(pyproject: Path) -> str | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final, final
 
 from .. import system
+from ..exo import uv_project
 from ..records import endings
 from ..records.registry import Registry
 from ..records.user_dir import user_dir
@@ -343,9 +344,13 @@ def _user_name(uid: int) -> str | None:
 
 
 def _source() -> str:
-    """This checkout, when the package runs from one; else the package's name."""
+    """This checkout, when the package runs from one; else what it was installed from;
+    else the package's name."""
     checkout = Path(__file__).resolve().parents[2]
-    return str(checkout) if (checkout / "pyproject.toml").is_file() else service_files.CLI_NAME
+    if (checkout / "pyproject.toml").is_file():
+        return str(checkout)
+    installed = uv_project.installed_from(uv_project.recorded_direct_url())
+    return service_files.CLI_NAME if installed is None else str(installed)
 
 
 def _no_manager(context: Context) -> str:

@@ -3,16 +3,14 @@
 `mlx.launch` starts every rank as `bash -c '... exec CMD'`, locally or over
 `ssh -tt`, and stops it with one SIGTERM from a pid file; nothing stops it when the
 launcher itself is killed. Put after `--`, this wrapper becomes the rank's process:
-it runs CMD as its child and watches its own parent with the same parent watch as an
-exo runner (`runner_watch.arm_watch`: watch thread, PR_SET_PDEATHSIG, forked
-watchdog, registry record), so `scan`/`sweep` see it like a runner.
+it runs CMD as its child, watches its launcher (its parent) and keeps a keeper
+(`exec_watch`, `exec_keeper`), and writes a registry record, so `scan`/`sweep` see it.
 
-CMD and its tree are stopped (SIGTERM, SIGKILL after the grace) when the wrapper's
-parent dies (the watch's `WorkerGone`, on the wrapper's main thread), when the
-wrapper gets SIGTERM, SIGINT or SIGHUP (forwarded to CMD), and with `stdin_hup` when
-the wrapper's stdin reaches EOF or hangs up. The grace defaults to
-EXO_ORPHAN_GUARD_GRACE. The wrapper exits with CMD's status (128+N for signal N) and
-never before CMD.
+CMD and its tree are stopped (SIGTERM, then SIGKILL to CMD and the wrapper's process
+group if CMD has not exited within the grace) when the launcher dies, when the wrapper
+gets SIGTERM, SIGINT or SIGHUP (passed on to CMD), and with `stdin_hup` when the
+wrapper's stdin reaches EOF or hangs up. The grace defaults to EXO_ORPHAN_GUARD_GRACE.
+The wrapper exits with CMD's status (128+N for signal N) and never before CMD.
 """
 
 from __future__ import annotations
@@ -34,14 +32,11 @@ from typing import Final, final
 from loguru import logger
 
 from .. import system
-from ..records import endings
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity, identity_of, liveness
 from ..system.once import warn_once
-from .clean_ending import ending_cleanly
-from .runner_watch import arm_watch
+from .exec_watch import ExecWatch, Watched, rank_prefix
 from .tree_kill import kill_verified, verified_descendants, verified_members
-from .worker_gone import WorkerGone
 
 FORWARDED_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 STDIN_HUP_SIGNAL: Final = signal.SIGTERM
@@ -52,9 +47,6 @@ EXIT_PARENT_GONE: Final = 1
 _LOG_PREFIX: Final = "exo-orphan-guard exec"
 _STDIN_EVENTS: Final = select.POLLIN | select.POLLHUP | select.POLLERR
 _STDIN_CHUNK: Final = 65536
-_WATCHDOG_MARGIN_SECONDS: Final = 1.0
-"""The watchdog bounds the wrapper's own stop this much later than the grace, so that
-the wrapper's SIGKILL to CMD, not the watchdog's group kill, ends a CMD that hangs."""
 
 
 @final
@@ -74,6 +66,7 @@ def exit_status(returncode: int) -> int:
 def run(options: ExecOptions) -> int:
     """Run the command guarded; return the exit status to exit with."""
     _quiet_logging()
+    prefix = rank_prefix(_LOG_PREFIX)
     if options.grace is None:
         setting = settings.grace_setting()
         if setting.warning is not None:
@@ -81,27 +74,50 @@ def run(options: ExecOptions) -> int:
         options = ExecOptions(options.command, setting.value, options.stdin_hup)
     parent = identity_of(os.getppid())
     if parent is None or liveness(parent) == "gone":
-        logger.warning(f"{_LOG_PREFIX}: the parent is already gone: not starting the command")
+        logger.warning(f"{prefix}: its launcher is already gone: not starting the command")
         return EXIT_PARENT_GONE
     group = _lead_group()
     signals = _SignalInbox()
+    me = current_identity()
     # As a runner's: what the command starts can later be proven to be the wrapper's.
-    os.environ[settings.RUNNER_ENV] = current_identity().encode()
+    os.environ[settings.RUNNER_ENV] = me.encode()
     try:
-        child = _start(options, os.getpid())
+        child = _start(options, me.pid)
     except FileNotFoundError:
-        logger.warning(f"{_LOG_PREFIX}: {options.command[0]}: command not found")
+        logger.warning(f"{prefix}: {options.command[0]}: command not found")
         return EXIT_NOT_FOUND
     except PermissionError as error:
-        logger.warning(f"{_LOG_PREFIX}: {options.command[0]}: {error.strerror}")
+        logger.warning(f"{prefix}: {options.command[0]}: {error.strerror}")
         return EXIT_CANNOT_EXECUTE
     # What the wrapper holds now lives until it exits: frozen, the collector never
     # walks it again, neither in the collection before a clean exit nor in the
     # interpreter's teardown (measured: the wrapper gone 25-35 ms after CMD, not 90).
     gc.freeze()
-    _watch_parent(parent, group, options)
-    returncode = _Supervisor(child, group, options, signals).run()
+    if parent.pid == 1:
+        logger.warning(
+            f"{prefix}: its parent is init (pid 1): only signals"
+            f"{' and stdin' if options.stdin_hup else ''} can stop the command"
+        )
+    watched = Watched(
+        me=me,
+        launcher=None if parent.pid == 1 else parent,
+        command=identity_of(child.pid),
+        group=group,
+        grace=_grace(options),
+        labels=_labels(options),
+        prefix=prefix,
+    )
+    watch = ExecWatch(watched, signals.write_end)
+    returncode = _Supervisor(child, group, options, signals, watch).run()
     return exit_status(returncode)
+
+
+def _labels(options: ExecOptions) -> dict[str, str]:
+    labels = {"wrapped": shlex.join(options.command)[:200]}
+    rank = os.environ.get("MLX_RANK")
+    if rank is not None:
+        labels["mlx_rank"] = rank
+    return labels
 
 
 def _quiet_logging() -> None:
@@ -145,41 +161,17 @@ def _start(options: ExecOptions, wrapper: int) -> subprocess.Popen[bytes]:
     )
 
 
-def _watch_parent(parent: ProcessIdentity, group: int | None, options: ExecOptions) -> None:
-    if parent.pid == 1:
-        logger.warning(
-            f"{_LOG_PREFIX}: the parent is init (pid 1): only signals"
-            f"{' and stdin' if options.stdin_hup else ''} can stop the command"
-        )
-        return
-    strategy = settings.parse_strategy(os.environ.get(settings.STRATEGY_ENV))
-    if strategy.warning is not None:
-        warn_once(strategy.warning)
-    labels = {"wrapped": shlex.join(options.command)[:200]}
-    rank = os.environ.get("MLX_RANK")
-    if rank is not None:
-        labels["mlx_rank"] = rank
-    grace = _grace(options)
-    try:
-        watchdog_grace = grace + _WATCHDOG_MARGIN_SECONDS if grace > 0 else 0.0
-        arm_watch(current_identity(), parent, group, labels, strategy.value, watchdog_grace)
-    except Exception as error:  # signal forwarding still works without the watch
-        logger.opt(exception=error).warning(
-            f"{_LOG_PREFIX}: could not watch parent {parent.pid}: the command will not die with it"
-        )
-
-
 @final
 class _SignalInbox:
     """Signals received, delivered through a wake-up pipe so `poll` sees them."""
 
     def __init__(self) -> None:
         self.pending: list[int] = []
-        self.read_end, write_end = os.pipe()
-        for fd in (self.read_end, write_end):
+        self.read_end, self.write_end = os.pipe()
+        for fd in (self.read_end, self.write_end):
             os.set_blocking(fd, False)
             os.set_inheritable(fd, False)
-        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        signal.set_wakeup_fd(self.write_end, warn_on_full_buffer=False)
         for number in FORWARDED_SIGNALS:
             # An ignored signal (nohup) stays ignored, for the wrapper and for CMD.
             if signal.getsignal(number) != signal.SIG_IGN:
@@ -207,13 +199,18 @@ class _Supervisor:
         group: int | None,
         options: ExecOptions,
         signals: _SignalInbox,
+        watch: ExecWatch | None = None,
     ) -> None:
         self._child = child
         self._group = group
         self._options = options
         self._signals = signals
+        self._watch = watch
+        self._prefix = rank_prefix(_LOG_PREFIX) if watch is None else watch.watched.prefix
         self._deadline: float | None = None
-        self._parent_gone_at: float | None = None
+        self._launcher_gone_at: float | None = None
+        self._killed = False
+        """SIGKILLed at the end of its grace after its launcher died (recorded so)."""
         self._poller = select.poll()
         self._poller.register(signals.read_end, select.POLLIN)
         self._watching_stdin = options.stdin_hup
@@ -221,26 +218,14 @@ class _Supervisor:
             self._poller.register(0, _STDIN_EVENTS)
 
     def run(self) -> int:
-        while True:
-            try:
-                returncode = self._step()
-            except WorkerGone:
-                self._parent_gone_at = time.monotonic()
-                # The stop is the wrapper's own clean ending: the repeated WorkerGone
-                # must not cut it short (nor send CMD a SIGTERM a second).
-                with ending_cleanly():
-                    self._stop(signal.SIGTERM, "its parent died")
-                    returncode = self._until_exit()
-            if returncode is not None:
-                break
+        while (returncode := self._step()) is None:
+            pass
         if self._deadline is not None:
             # Stopped on request: what CMD left in its group goes with it.
             self._kill_tree()
-        return returncode
-
-    def _until_exit(self) -> int:
-        while (returncode := self._step()) is None:
-            pass
+        if self._watch is not None and self._launcher_gone_at is not None and not self._killed:
+            after = time.monotonic() - self._launcher_gone_at
+            self._watch.ended("clean", after, "the command exited after its launcher died")
         return returncode
 
     def _step(self) -> int | None:
@@ -250,14 +235,20 @@ class _Supervisor:
         returncode = self._child.poll()
         if returncode is not None:
             return returncode
+        watch = self._watch
+        if watch is not None:
+            watch.replace_a_dead_keeper()
+            gone = watch.launcher_news()
+            if gone is not None:
+                self._launcher_gone_at = time.monotonic()
+                watch.begun()
+                self._stop(signal.SIGTERM, f"{gone}: SIGTERM to {self._command}")
         for number in received:
-            self._stop(number, f"got {signal.Signals(number).name}")
+            name = signal.Signals(number).name
+            self._stop(number, f"got {name}: passed on to {self._command}")
         now = time.monotonic()
         if self._deadline is not None and now >= self._deadline:
-            self._record_hard_stop()
-            self._kill_tree()
-            self._deadline = None
-            self._child.wait()
+            self._hard_stop()
             return None
         timeout = None if self._deadline is None else (self._deadline - now) * 1000
         for fd, events in self._poll(timeout):
@@ -265,19 +256,25 @@ class _Supervisor:
                 self._read_stdin(events)
         return None
 
-    def _record_hard_stop(self) -> None:
-        """CMD outlived the grace after its launcher died: a hard kill, recorded as one."""
-        if self._parent_gone_at is None:
-            return
-        endings.record_killed(
-            settings.registry_dir(),
-            current_identity(),
-            system.boot_id(),
-            by="exec",
-            why=f"the command did not exit within the {_grace(self._options):g} s grace "
-            "after SIGTERM: SIGKILL",
-            after=time.monotonic() - self._parent_gone_at,
-        )
+    def _hard_stop(self) -> None:
+        """CMD outlived its grace: SIGKILL to it and the group, and, if its launcher
+        died, a hard kill recorded as one."""
+        grace = _grace(self._options)
+        if grace > 0:
+            logger.warning(
+                f"{self._prefix}: {self._command} has not exited within {grace:g} s: "
+                "SIGKILL to it and its process group"
+            )
+        if self._watch is not None and self._launcher_gone_at is not None:
+            self._killed = True
+            self._watch.ended(
+                "killed",
+                time.monotonic() - self._launcher_gone_at,
+                f"the command did not exit within the {grace:g} s grace after SIGTERM: SIGKILL",
+            )
+        self._kill_tree()
+        self._deadline = None
+        self._child.wait()
 
     def _poll(self, timeout_ms: float | None) -> list[tuple[int, int]]:
         try:
@@ -294,15 +291,23 @@ class _Supervisor:
             return  # stdin is the wrapper's alone with --stdin-hup: dropped
         self._poller.unregister(0)
         self._watching_stdin = False
-        self._stop(STDIN_HUP_SIGNAL, "stdin closed")
+        name = STDIN_HUP_SIGNAL.name
+        self._stop(STDIN_HUP_SIGNAL, f"stdin closed (--stdin-hup): {name} to {self._command}")
 
-    def _stop(self, number: int, why: str) -> None:
+    @property
+    def _command(self) -> str:
+        return f"the command (pid {self._child.pid})"
+
+    def _stop(self, number: int, said: str) -> None:
+        """Send `number` to CMD; the first stop also starts the grace, and says so."""
         if self._deadline is None:
             grace = _grace(self._options)
-            logger.warning(
-                f"{_LOG_PREFIX}: {why}: sending {signal.Signals(number).name} to "
-                f"{self._child.pid}, SIGKILL in {grace:g} s"
+            then = (
+                f"SIGKILL to it and its process group if it has not exited {grace:g} s later"
+                if grace > 0
+                else "SIGKILL to it and its process group at once (grace 0)"
             )
+            logger.warning(f"{self._prefix}: {said}; {then}")
             self._deadline = time.monotonic() + grace
         with contextlib.suppress(ProcessLookupError):
             self._child.send_signal(number)
@@ -312,13 +317,11 @@ class _Supervisor:
         the watch's verified path (`tree_kill`): only processes identified and proven
         to be in the tree or the group, each checked again as it is signalled.
 
-        The wrapper's watchdog (its only other child) and the watchdog's understudy
-        are spared: if the wrapper dies half-way (PR_SET_PDEATHSIG as the launcher
-        exits), the watchdog kills the group.
+        The wrapper's keeper (its only other child, which starts none) is spared: if
+        the wrapper dies half-way, the keeper kills the group.
         """
         me = os.getpid()
-        watchdogs = [pid for pid in system.child_pids(me) if pid != self._child.pid]
-        spared = {me, *watchdogs, *(pid for dog in watchdogs for pid in system.descendants(dog))}
+        spared = {me, *(pid for pid in system.child_pids(me) if pid != self._child.pid)}
         doomed: list[ProcessIdentity] = []
         # Not yet reaped, the child keeps its pid; once reaped, that may be anyone's.
         child = identity_of(self._child.pid) if self._child.returncode is None else None

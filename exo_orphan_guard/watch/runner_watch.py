@@ -141,7 +141,7 @@ def arm_watch(
         if liveness(worker) == "gone":
             _die(me, group, "its worker died while the watch was being armed")
     if registry is not None:
-        _record_runner(registry, runner, plan)
+        record_runner(registry, runner, runner.grace if plan.ending == "clean" else None)
     if plan.thread_chain:
         threading.Thread(
             target=_watch_in_thread,
@@ -275,7 +275,9 @@ def _open_registry() -> Registry | None:
     return registry
 
 
-def _record_runner(registry: Registry, runner: WatchedRunner, plan: WatchPlan) -> None:
+def record_runner(registry: Registry, runner: WatchedRunner, grace: float | None) -> None:
+    """Write `runner`'s record (removed as it exits); `grace`: how long its clean
+    ending may take once begun, None without one."""
     me = runner.me
     program = system.exe_and_argv(me.pid)
     if program is None:
@@ -293,7 +295,7 @@ def _record_runner(registry: Registry, runner: WatchedRunner, plan: WatchPlan) -
         pgid=runner.group,
         recorded_at=time.time(),
         labels=dict(runner.labels),
-        grace=runner.grace if plan.ending == "clean" else None,
+        grace=grace,
     )
     try:
         path = registry.write(record)

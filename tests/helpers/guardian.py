@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 
 from exo_orphan_guard.records import endings
@@ -48,14 +48,24 @@ STOP_SECONDS = 10.0
 class RunningGuardian:
     """`exo-orphan-guard service run`, its stderr collected line by line."""
 
-    def __init__(self, env: Mapping[str, str], *arguments: str) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *arguments: str,
+        command: Sequence[str] | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        """`command`: the whole command line, as a service file gives it (default:
+        this interpreter's `-m exo_orphan_guard service run ARGUMENTS`)."""
+        argv = [sys.executable, "-m", "exo_orphan_guard", "service", "run", *arguments]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "exo_orphan_guard", "service", "run", *arguments],
+            argv if command is None else list(command),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             env=dict(env),
+            cwd=cwd,
         )
         self.lines: list[str] = []
         self._changed = threading.Condition()
