@@ -1,5 +1,5 @@
-"""docs/design.md's layout table names every module and the layer it sits in, one row
-per layer in the import contract's order, and README's Architecture block lists the
+"""docs/reference.md's module table names every module and the layer it sits in, one
+row per layer in the import contract's order, and docs/design.md's Layers line lists the
 same layers: a module or a layer without its place in the documents fails here."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def contract() -> tuple[list[str], list[str]]:
 
 def layout_table() -> dict[str, set[str]]:
     """Each row's layer and the modules it names (notes in parentheses left out)."""
-    text = (ROOT / "docs" / "design.md").read_text()
-    section = text.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "reference.md").read_text()
+    section = text.split("\n## Modules\n", 1)[1].split("\n## ", 1)[0]
     rows: dict[str, set[str]] = {}
     for line in section.splitlines():
         if (row := ROW.fullmatch(line)) is not None:
@@ -50,7 +50,7 @@ def test_the_table_names_every_module_of_each_layer_and_no_other() -> None:
         present = modules(layer) - {"__init__"}
         named -= {"__init__"}
         assert named == present, (
-            f"docs/design.md's row for {layer}/: unlisted {sorted(present - named)}, "
+            f"docs/reference.md's row for {layer}/: unlisted {sorted(present - named)}, "
             f"no such module {sorted(named - present)}"
         )
 
@@ -62,9 +62,9 @@ def test_every_subpackage_is_a_layer_and_the_root_holds_only_what_the_contract_i
     assert modules(".") == {"__init__", *ignored}
 
 
-def test_the_readme_architecture_lists_the_same_layers() -> None:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("\n## Architecture\n", 1)[1].split("```", 2)[1]
-    listed = [match.group(1) for match in re.finditer(r"^(\w+)/", block, flags=re.M)]
+def test_the_design_lists_the_same_layers() -> None:
+    design = (ROOT / "docs" / "design.md").read_text()
+    block = design.split("\n## Layers\n", 1)[1].split("```", 2)[1]
+    listed = [name.strip() for name in re.split(r"[>|]", block) if name.strip()]
     layers, _ = contract()
     assert listed == layers

@@ -1,1 +1,3 @@
-"""The parent watch inside every runner, its watchdog, the tree kill, and `exec`."""
+"""The package's own parent watch, for a program that calls `guard_runner` (exo's
+runners never do: exo's own code hands them their Shutdown), its watchdog, the verified
+tree kill, and `exec`."""

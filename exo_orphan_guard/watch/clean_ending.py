@@ -2,11 +2,11 @@
 
 Every notice of the worker's death (the watch thread's `pthread_kill`, the kernel's
 PR_SET_PDEATHSIG, the watchdog's signal: whichever comes first) is `NOTICE_SIGNAL`,
-and its handler runs on the main thread, between two bytecodes: where exo's code
-runs. It checks that the worker really is gone, tells the watchdog the ending has
+and its handler runs on the main thread, between two bytecodes: where the guarded
+program's code runs. It checks that the worker really is gone, tells the watchdog the ending has
 begun (a byte on a pipe), makes the process able to end with nobody reading what it
-writes, and raises `WorkerGone` there. Exo catches it and runs its own shutdown; a
-program that catches nothing unwinds. The watchdog gives it the grace, and kills it
+writes, and raises `WorkerGone` there. A program that catches it runs its own shutdown;
+one that catches nothing unwinds. The watchdog gives it the grace, and kills it
 only after that.
 
 A main thread in native code runs the handler only once the call returns: it is
@@ -147,7 +147,7 @@ def notice_main_thread() -> None:
 
 @contextlib.contextmanager
 def ending_cleanly() -> Generator[None]:
-    """Mark code that is already ending the runner the clean way (exo's own Shutdown):
+    """Mark code that is already ending the runner the clean way (its own shutdown):
     a worker's death inside it does not interrupt it, and the runner keeps its grace
     to finish and exit. A no-op in an unguarded process."""
     state = _state

@@ -2,9 +2,9 @@
 
 `watch_plan.plan_watch` decides which mechanisms to arm and how the runner ends;
 `guard_runner` probes the system, arms them and records the runner. The ending is
-clean when it can be (`clean_ending`: exo's own shutdown on the main thread, bounded
-by the watchdog); killing the runner's group at once is what is left when it cannot
-(grace 0, no watchdog, not the main thread).
+clean when it can be (`clean_ending`: the program's own shutdown on the main thread,
+bounded by the watchdog); killing the runner's group at once is what is left when it
+cannot (grace 0, no watchdog, not the main thread).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class WatchedRunner:
 
 
 def guard_runner(**labels: str) -> None:
-    """Start the parent watch; call first thing in a runner (top of exo's entrypoint).
+    """Start the parent watch; call first thing in a guarded program, on its main thread.
 
     Labels (runner_id, instance_id, ...) go into the log line and the registry record.
     If the worker is already dead the runner exits here. A no-op unless
