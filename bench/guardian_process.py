@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
 
-from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
 from exo_orphan_guard.system import settings
 
 ROOT: Final = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
 from exo_orphan_guard.sweeper.sweeping import sweep
 
 from .stats import Samples

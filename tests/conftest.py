@@ -14,7 +14,8 @@ import psutil
 import pytest
 
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.scenario_worker import RunnerKind, SpawnFrom, Watch
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
+from exo_orphan_guard.rig.scenario_worker import SpawnFrom, Watch
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity
 from tests import passes

@@ -19,7 +19,7 @@ import pytest
 from exo_orphan_guard.rig import ring_scenario, scenarios
 from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
 from exo_orphan_guard.rig.notes import read_notes
-from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
 from exo_orphan_guard.system import settings
 from tests.conftest import StartWorker
 from tests.helpers.waiting import wait_for_note

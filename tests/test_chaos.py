@@ -33,7 +33,8 @@ from exo_orphan_guard import system
 from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
+from exo_orphan_guard.rig.scenario_worker import Watch, WorkerReport, WorkerSpec
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid

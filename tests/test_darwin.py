@@ -9,7 +9,7 @@ from typing import Any, final
 
 import pytest
 
-from exo_orphan_guard.system import _darwin, _posix
+from exo_orphan_guard.system import _darwin, _darwin_structs, _posix
 from exo_orphan_guard.system.process_facts import MemoryUsage, Pid
 
 
@@ -136,7 +136,7 @@ class FakeLibc:
                 info.contents.prp_prinfo.pri_address = address
                 info.contents.prp_prinfo.pri_size = length
                 info.contents.prp_vip.vip_path = path
-                return ctypes.sizeof(_darwin.RegionWithPathInfo)
+                return ctypes.sizeof(_darwin_structs.RegionWithPathInfo)
         ctypes.set_errno(errno.EINVAL)
         return 0
 
@@ -170,8 +170,8 @@ def test_boot_session_is_none_when_sysctl_fails() -> None:
 
 def test_rusage_layout_puts_the_footprint_where_xnu_does() -> None:
     # struct rusage_info_v0: 16-byte uuid, then uint64 fields; footprint is the 8th.
-    assert _darwin.RusageInfoV0.ri_phys_footprint.offset == 16 + 7 * 8
-    assert ctypes.sizeof(_darwin.RusageInfoV0) == 16 + 10 * 8
+    assert _darwin_structs.RusageInfoV0.ri_phys_footprint.offset == 16 + 7 * 8
+    assert ctypes.sizeof(_darwin_structs.RusageInfoV0) == 16 + 10 * 8
 
 
 def test_memory_is_the_physical_footprint_on_macos() -> None:
@@ -209,8 +209,8 @@ def test_host_uuid_is_none_when_the_call_fails_or_says_nothing() -> None:
 
 
 def test_timespec_layout_is_two_longs() -> None:
-    assert ctypes.sizeof(_darwin.Timespec) == 2 * ctypes.sizeof(ctypes.c_long)
-    assert _darwin.Timespec.tv_nsec.offset == ctypes.sizeof(ctypes.c_long)
+    assert ctypes.sizeof(_darwin_structs.Timespec) == 2 * ctypes.sizeof(ctypes.c_long)
+    assert _darwin_structs.Timespec.tv_nsec.offset == ctypes.sizeof(ctypes.c_long)
 
 
 EXO_RS = b"/Applications/EXO.app/Contents/Resources/exo/_internal/exo_rs/exo_rs.abi3.so"
@@ -220,12 +220,12 @@ def test_region_layout_is_xnus_proc_regionwithpathinfo() -> None:
     # <sys/proc_info.h>: proc_regioninfo is 4 uint32, a uint64, 14 uint32, then the
     # region's address and size; vnode_info_path is vinfo_stat (136 bytes), vi_type,
     # vi_pad, fsid_t (8 bytes), then MAXPATHLEN (1024) bytes of path.
-    assert _darwin.ProcRegionInfo.pri_address.offset == 80
-    assert ctypes.sizeof(_darwin.ProcRegionInfo) == 96
-    assert ctypes.sizeof(_darwin.VinfoStat) == 136
-    assert _darwin.VnodeInfoPath.vip_path.offset == 152
-    assert _darwin.RegionWithPathInfo.prp_vip.offset == 96
-    assert ctypes.sizeof(_darwin.RegionWithPathInfo) == 96 + 152 + 1024
+    assert _darwin_structs.ProcRegionInfo.pri_address.offset == 80
+    assert ctypes.sizeof(_darwin_structs.ProcRegionInfo) == 96
+    assert ctypes.sizeof(_darwin_structs.VinfoStat) == 136
+    assert _darwin_structs.VnodeInfoPath.vip_path.offset == 152
+    assert _darwin_structs.RegionWithPathInfo.prp_vip.offset == 96
+    assert ctypes.sizeof(_darwin_structs.RegionWithPathInfo) == 96 + 152 + 1024
 
 
 def test_mapped_files_walk_every_file_backed_region_once() -> None:
@@ -251,7 +251,7 @@ def test_a_region_walk_that_makes_no_progress_stops() -> None:
 def _table(*processes: tuple[int, float]) -> bytes:
     """A `KERN_PROC_ALL` answer: one kinfo_proc per (pid, start in seconds)."""
     return b"".join(
-        _darwin.KINFO_PROC_HEAD.pack(int(start), round(start % 1 * 1_000_000), pid)
+        _darwin_structs.KINFO_PROC_HEAD.pack(int(start), round(start % 1 * 1_000_000), pid)
         for pid, start in processes
     )
 
@@ -264,8 +264,8 @@ def _my_start() -> float:
 
 def test_kinfo_proc_layout_puts_the_pid_where_xnu_does() -> None:
     # struct extern_proc: a 16-byte timeval, two pointers, p_flag, p_stat, then p_pid.
-    assert _darwin.ExternProcHead.p_pid.offset == 40
-    assert _darwin.KINFO_PROC_HEAD.size == _darwin.KINFO_PROC_SIZE == 648
+    assert _darwin_structs.ExternProcHead.p_pid.offset == 40
+    assert _darwin_structs.KINFO_PROC_HEAD.size == _darwin_structs.KINFO_PROC_SIZE == 648
 
 
 def test_the_process_table_is_each_pid_with_its_start_in_microseconds() -> None:

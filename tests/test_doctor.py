@@ -18,7 +18,7 @@ from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import NOT_KNOWN_EXO, Verdict
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
-from exo_orphan_guard.tools import cli, doctor, service_status
+from exo_orphan_guard.tools import check, cli, doctor, service_status
 from exo_orphan_guard.tools.check import Check
 from tests.helpers.guardian import guardian_home, stand_in_guardian
 
@@ -79,7 +79,7 @@ def test_a_healthy_node() -> None:
         "wired memory": "SKIP",
         "rdma ports": "SKIP",
     }
-    assert doctor.exit_code(doctor.assess(HEALTHY)) == 0
+    assert check.exit_code(doctor.assess(HEALTHY)) == 0
 
 
 def test_orphans_fail_and_say_what_to_run() -> None:
@@ -89,7 +89,7 @@ def test_orphans_fail_and_say_what_to_run() -> None:
     assert by_name["orphans"].status == "FAIL" and "2.0 GiB" in by_name["orphans"].detail
     assert by_name["orphans"].next_step == "exo-orphan-guard sweep"
     assert by_name["queue pairs"].status == "WARN"
-    assert doctor.exit_code(checks) == 1
+    assert check.exit_code(checks) == 1
 
 
 def test_an_orphan_not_known_to_be_exo_is_listed_with_what_ends_it() -> None:
@@ -101,7 +101,7 @@ def test_an_orphan_not_known_to_be_exo_is_listed_with_what_ends_it() -> None:
     assert line.status == "WARN" and "300" in line.detail and "not known to be exo" in line.detail
     assert "--match" in str(line.next_step) and line.figures == {"pids": [300]}
     assert by_name["orphans"].status == "OK", "never counted as an orphan a sweep ends"
-    assert doctor.exit_code(checks) == 0
+    assert check.exit_code(checks) == 0
 
 
 def test_stuck_processes_say_reboot() -> None:
@@ -113,7 +113,7 @@ def test_stuck_processes_say_reboot() -> None:
 def test_guard_off_odd_and_registry_problems(tmp_path: Path) -> None:
     # The app's user: no toggle anywhere, a guardian running: an all-clear.
     off = dataclasses.replace(HEALTHY, toggle=settings.Parsed(False))
-    assert statuses(off)["guard"] == "OK" and doctor.exit_code(doctor.assess(off)) == 0
+    assert statuses(off)["guard"] == "OK" and check.exit_code(doctor.assess(off)) == 0
     # A patched exo named here, the toggle off: its hooks do nothing.
     series = patching.load_series()[0]
     patched = dataclasses.replace(

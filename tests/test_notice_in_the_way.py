@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
 from exo_orphan_guard.system import settings
 from tests.conftest import StartWorker
 from tests.test_busy_ending import kill_when_noted

@@ -20,7 +20,7 @@ import pytest
 from exo_orphan_guard import system
 from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.scenario_worker import RunnerKind
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.watch.waiters import can_use_pidfd
 from tests.conftest import StartWorker

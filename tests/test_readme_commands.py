@@ -39,8 +39,13 @@ def _commands(text: str) -> list[list[str]]:
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:  # argparse has no public way to list them
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)  # pyright: ignore[reportUnknownArgumentType]
+        choices: object = action.choices
+        if isinstance(choices, dict):
+            return {
+                str(name): sub
+                for name, sub in choices.items()  # pyright: ignore[reportUnknownVariableType]
+                if isinstance(sub, argparse.ArgumentParser)
+            }
     return {}
 
 
@@ -87,9 +92,7 @@ def test_a_command_the_cli_does_not_have_is_caught() -> None:
 
 
 def test_every_environment_variable_the_readme_names_is_read_by_the_package() -> None:
-    source = "\n".join(
-        path.read_text() for path in (ROOT / "exo_orphan_guard").rglob("*.py")
-    )
+    source = "\n".join(path.read_text() for path in (ROOT / "exo_orphan_guard").rglob("*.py"))
     named = set(_VARIABLE.findall(README.read_text()))
     assert named, "the README names no setting"
     assert sorted(name for name in named if f'"{name}"' not in source) == []

@@ -23,8 +23,8 @@ import pytest
 from exo_orphan_guard import system
 from exo_orphan_guard.rig import notes as runner_notes
 from exo_orphan_guard.rig import scenarios
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
 from exo_orphan_guard.rig.runner_threads import WAITING
-from exo_orphan_guard.rig.scenario_worker import RunnerKind
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings, signalling
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of

@@ -24,7 +24,8 @@ import pytest
 
 from exo_orphan_guard import system
 from exo_orphan_guard.rig import scenarios
-from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch, WorkerReport, WorkerSpec
+from exo_orphan_guard.rig.runner_kinds import RunnerKind
+from exo_orphan_guard.rig.scenario_worker import Watch, WorkerReport, WorkerSpec
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.system.process_facts import Pid
 from tests.helpers.processes import describe

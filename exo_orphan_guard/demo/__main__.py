@@ -28,7 +28,8 @@ from ..records.endings import Ending
 from ..records.registry import host_directory
 from ..rig import ring_scenario, scenarios
 from ..rig.notes import read_notes
-from ..rig.scenario_worker import RunnerKind, Watch
+from ..rig.runner_kinds import RunnerKind
+from ..rig.scenario_worker import Watch
 from ..system import settings
 from ..system.identity import ProcessIdentity
 from . import launch, sweep

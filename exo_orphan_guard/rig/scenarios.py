@@ -29,7 +29,8 @@ from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
 from .json_lines import JsonLines
 from .native_calls import in_native_code_path
-from .scenario_worker import RunnerKind, SpawnFrom, Watch, WorkerReport, WorkerSpec
+from .runner_kinds import RunnerKind
+from .scenario_worker import SpawnFrom, Watch, WorkerReport, WorkerSpec
 
 _START_TIMEOUT_SECONDS = 60.0
 GIL_SETTLE_SECONDS = 0.3

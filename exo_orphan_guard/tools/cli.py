@@ -226,14 +226,14 @@ def _explain(arguments: argparse.Namespace) -> int:
 
 
 def _doctor(arguments: argparse.Namespace) -> int:
-    from . import doctor
+    from . import check, doctor
 
     exo_tree: Path | None = arguments.exo
     checks = doctor.assess(
         doctor.gather(None if exo_tree is None else exo_tree.expanduser().resolve())
     )
-    print(doctor.to_json(checks) if arguments.json else doctor.render(checks))
-    return doctor.exit_code(checks)
+    print(check.to_json(checks) if arguments.json else check.render(checks))
+    return check.exit_code(checks)
 
 
 def _on_hosts(arguments: argparse.Namespace, command: str) -> int:

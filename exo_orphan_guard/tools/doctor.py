@@ -7,9 +7,7 @@ functions of what was read (`assess`), so each verdict is tested on made-up fact
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import shutil
 import sys
 import time
@@ -374,42 +372,3 @@ def _queue_pairs(facts: NodeFacts) -> Check:
     if live > QUEUE_PAIRS_PER_DEVICE:
         return Check("queue pairs", "WARN", detail, "run fewer instances on this node")
     return Check("queue pairs", "OK", detail)
-
-
-def render(checks: Sequence[Check]) -> str:
-    system_name = f"{platform.system()} {platform.release()}"
-    header = (
-        f"exo-orphan-guard doctor: {platform.node()} "
-        f"({system_name}, uid {os.geteuid()}, {system.BACKEND} backend)"
-    )
-    lines = [header]
-    for check in checks:
-        line = f"{check.status:<5} {check.name:<12} {check.detail}"
-        if check.next_step is not None:
-            line += f"\n{'':18}-> {check.next_step}"
-        lines.append(line)
-    return "\n".join(lines)
-
-
-def to_json(checks: Sequence[Check]) -> str:
-    return json.dumps(
-        {
-            "schema": "exo-orphan-guard/doctor/1",
-            "backend": system.BACKEND,
-            "checks": [
-                {
-                    "name": c.name,
-                    "status": c.status,
-                    "detail": c.detail,
-                    "next": c.next_step,
-                    **({"figures": dict(c.figures)} if c.figures else {}),
-                }
-                for c in checks
-            ],
-        },
-        indent=2,
-    )
-
-
-def exit_code(checks: Sequence[Check]) -> int:
-    return 1 if any(check.status == "FAIL" for check in checks) else 0

@@ -22,7 +22,8 @@ from typing import Final, final
 from .. import system
 from ..records.host_key import host_key
 from ..rig import scenarios
-from ..rig.scenario_worker import RunnerKind, Watch
+from ..rig.runner_kinds import RunnerKind
+from ..rig.scenario_worker import Watch
 from ..system import settings
 from ..watch.waiters import can_use_kqueue, can_use_pidfd
 from . import rdma_ports, stranded_memory
