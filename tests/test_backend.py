@@ -140,7 +140,7 @@ def test_every_backend_answers_every_call_as_declared(platform: str) -> None:
 
 def test_a_running_process_is_not_exiting() -> None:
     """Linux reads a pending SIGKILL, macOS `ps`; psutil alone cannot tell (None), and
-    the engine then reports what SIGKILL left as unkillable at the kill wait."""
+    the engine then waits for what SIGKILL left as for one on its way out."""
     told = system.BACKEND == "linux" or sys.platform == "darwin"
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from exo_orphan_guard import system
 from exo_orphan_guard.records.registry import Registry, RunnerRecord, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.sweeping import sweep
@@ -236,8 +237,6 @@ def _claim(process: ProcessIdentity, worker: ProcessIdentity, *, started: float)
 
 
 def _boot() -> str:
-    from exo_orphan_guard import system
-
     return system.boot_id()
 
 
@@ -311,6 +310,8 @@ def test_an_injected_survivor_is_reported_unkillable_with_exit_code_1(
 
         monkeypatch.setattr(signalling, "send", deaf_to_everything)
         monkeypatch.setattr(signalling, "interrupt", deaf_to_sigint)
+        # What Linux and macOS tell of a process no SIGKILL reached: not on its way out.
+        monkeypatch.setattr(system, "is_exiting", lambda pid: False if pid == runner.pid else None)
         code = cli.main(["sweep", "--json", "--grace", "0.1"])
         document = json.loads(capsys.readouterr().out)
         assert code == 1 and document["exit_code"] == 1

@@ -39,10 +39,12 @@ class Family:
         return all(liveness(member) == "gone" for member in self.members)
 
     def exiting(self) -> bool:
-        """Whether what is left of it is known to be on its way out, not stuck where
-        SIGKILL waits for good (`system.is_exiting`)."""
+        """Whether what is left of it may be on its way out, not known to be stuck where
+        SIGKILL waits for good (`system.is_exiting`). A backend that cannot tell (psutil
+        alone) counts as may: a slow teardown reported unkillable is a false alarm that
+        tells the user to reboot, and waiting costs only the wait."""
         left = [member for member in self.members if liveness(member) != "gone"]
-        return all(system.is_exiting(member.pid) is True for member in left)
+        return all(system.is_exiting(member.pid) is not False for member in left)
 
 
 @final

@@ -147,7 +147,7 @@ def stuck_state(pid: int) -> str | None:
 def is_exiting(pid: int) -> bool | None:
     """Whether the process is on its way out: on Linux a SIGKILL pending, on macOS `E`
     among `ps`'s flags without `U`. Tearing a process down can take seconds on a loaded
-    machine. None: cannot tell here."""
+    machine. None: cannot tell here (the engine then waits as for one on its way out)."""
     raise NotImplementedError
 
 
