@@ -47,6 +47,7 @@ def record(
         ruff_clean=True if reached else None,
         ruff_preexisting=False if reached else None,
         ruff_output="",
+        runner_hook="work queue" if reached else None,
         revert_exact=True if reached else None,
         reached=reached,
         seconds=0.5,
@@ -88,9 +89,11 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     # Another exo: the stored series does not fit, the hooks are placed at its anchors.
     placed = reach.measure(repository, commits[0], tmp_path / "w0", sys.executable, "f" * 16)
     assert placed["apply_exit"] == 0
-    files = len(placement.files())
+    files = len(placement.RELAY.files)
     assert placed["apply_line"].startswith(f"series placed at the anchors ({files} files) applied")
-    assert [anchor["found"] for anchor in placed["anchors"]] == [True, True, True, True]
+    found = [anchor["found"] for anchor in placed["anchors"]]
+    assert found == [True, True, True, True, False]  # no runner.py: the relay
+    assert placed["runner_hook"] == "relay"
     assert (placed["hooks"], placed["compiles"], placed["revert_exact"]) == (True, True, True)
     assert placed["ruff"] is None and placed["ruff_clean"] is None  # no uv.lock: no pin
     assert placed["reached"] and reach_table.stopped_at(placed) == "reached"
@@ -99,6 +102,7 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     applied = reach.measure(repository, commits[1], tmp_path / "w1", sys.executable, "f" * 16)
     assert applied["apply_exit"] == 0 and applied["apply_line"].startswith("series main")
     assert (applied["hooks"], applied["compiles"], applied["revert_exact"]) == (True, False, True)
+    assert applied["runner_hook"] == "work queue"
     assert not applied["reached"]
     assert reach_table.stopped_at(applied) == "applied, but py_compile failed"
     assert not (tmp_path / "w0").exists() and not (tmp_path / "w1").exists()

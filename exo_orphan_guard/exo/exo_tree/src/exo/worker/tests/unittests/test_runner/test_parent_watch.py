@@ -1,0 +1,142 @@
+"""exo's real entrypoint and Runner, idle, whose worker is SIGKILLed: with
+EXO_ORPHAN_GUARD on the runner takes Shutdown and ends through Runner.shutdown; with
+it off it is left running without its worker."""
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import cast
+
+import anyio
+import psutil
+import pytest
+from anyio import to_thread
+from loguru import logger
+
+from exo.shared.models.model_cards import ModelId
+from exo.shared.types.common import NodeId
+from exo.shared.types.events import Event, RunnerStatusUpdated
+from exo.shared.types.tasks import Task, TaskId
+from exo.shared.types.worker.instances import InstanceId
+from exo.shared.types.worker.runners import (
+    RunnerId,
+    RunnerIdle,
+    RunnerShuttingDown,
+)
+from exo.utils.channels import MpReceiver, MpSender, mp_channel
+from exo.worker.runner.bootstrap import RunnerTerminationError, entrypoint
+from exo.worker.runner.runner_record import RunnerRecord
+from exo.worker.tests.unittests.conftest import get_bound_mlx_ring_instance
+
+type RunnerEvent = Event | RunnerTerminationError
+
+
+@pytest.fixture
+def spawn() -> Iterator[None]:
+    """exo's start method (set in exo.main), on Linux too."""
+    before = mp.get_start_method(allow_none=True)
+    mp.set_start_method("spawn", force=True)
+    yield
+    mp.set_start_method(before, force=True)
+
+
+def _worker(
+    guard: str,
+    events: MpSender[RunnerEvent],
+    tasks: MpReceiver[Task],
+    cancels: MpReceiver[TaskId],
+    report: Connection,
+) -> None:
+    """The runner's parent, spawning exo's entrypoint as the supervisor does."""
+    os.environ["EXO_ORPHAN_GUARD"] = guard
+    mp.set_start_method("spawn", force=True)
+    logger.remove()  # the default stderr sink cannot be pickled into the runner
+    bound_instance = get_bound_mlx_ring_instance(
+        instance_id=InstanceId("instance-a"),
+        model_id=ModelId("mlx-community/Llama-3.2-1B-Instruct-4bit"),
+        runner_id=RunnerId("runner-a"),
+        node_id=NodeId("node-a"),
+    )
+    runner = mp.Process(
+        target=entrypoint,
+        args=(bound_instance, events, tasks, cancels, logger),
+        daemon=True,
+    )
+    runner.start()
+    report.send(runner.pid)
+    runner.join()
+
+
+class _Runner:
+    def __init__(self, guard: str) -> None:
+        self.events, self._events_rx = mp_channel[RunnerEvent]()
+        self._tasks, tasks_rx = mp_channel[Task]()
+        self._cancels, cancels_rx = mp_channel[TaskId]()
+        report, report_tx = mp.Pipe(duplex=False)
+        self.worker = mp.Process(
+            target=_worker,
+            args=(guard, self.events, tasks_rx, cancels_rx, report_tx),
+        )
+        self.worker.start()
+        self._report = report
+        self.process: psutil.Process | None = None
+
+    async def idle(self) -> psutil.Process:
+        pid = cast(int, await to_thread.run_sync(self._report.recv))
+        self.process = psutil.Process(pid)
+        assert isinstance(await self.next_status(), RunnerIdle)
+        return self.process
+
+    async def next_status(self) -> object:
+        while True:
+            event = await self._events_rx.receive_async()
+            if isinstance(event, RunnerStatusUpdated):
+                return event.runner_status
+            assert not isinstance(event, RunnerTerminationError), str(event)
+
+    def close(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(psutil.Error):
+                self.process.kill()
+        self.worker.kill()
+        self.worker.join()
+        # wakes a receive_async left waiting by a failed test
+        self.events.close()
+
+
+@pytest.mark.usefixtures("spawn")
+async def test_runner_ends_through_shutdown_when_its_worker_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EXO_HOME", str(tmp_path))
+    guarded, unguarded = _Runner("true"), _Runner("false")
+    try:
+        with anyio.fail_after(60):
+            runner = await guarded.idle()
+            orphan = await unguarded.idle()
+
+            for parent in (guarded.worker, unguarded.worker):
+                assert parent.pid is not None
+                os.kill(parent.pid, signal.SIGKILL)
+                parent.join()
+
+            # only Runner.shutdown sends it; what it sends last may be lost, as the
+            # runner's exit closes the channel for every process
+            assert await guarded.next_status() == RunnerShuttingDown()
+            await to_thread.run_sync(runner.wait, 30)
+        assert orphan.is_running()
+        assert orphan.ppid() != unguarded.worker.pid
+
+        (record_path,) = (tmp_path / "runners").glob("*.json")
+        record = RunnerRecord.from_json(record_path.read_bytes())
+        assert (record.runner.pid, record.worker.pid) == (
+            runner.pid,
+            guarded.worker.pid,
+        )
+    finally:
+        guarded.close()
+        unguarded.close()
