@@ -5,8 +5,10 @@ it off it is left running without its worker."""
 import contextlib
 import multiprocessing as mp
 import os
+import queue
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import cast
 import anyio
 import psutil
 import pytest
-from anyio import to_thread
+from anyio import ClosedResourceError, EndOfStream, to_thread
 from loguru import logger
 
 from exo.shared.models.model_cards import ModelId
@@ -88,8 +90,25 @@ class _Runner:
             args=(guard, self.events, tasks_rx, cancels_rx, report_tx),
         )
         self.worker.start()
+        report_tx.close()  # the worker's death ends the report
         self._report = report
         self.process: psutil.Process | None = None
+        # Read as they come, from the start: once the runner closes its event stream
+        # (as it exits), a receive refuses what is still buffered.
+        self._statuses: queue.Queue[object] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(ClosedResourceError, EndOfStream):
+            while True:
+                event = self._events_rx.receive()
+                if isinstance(event, RunnerStatusUpdated | RunnerTerminationError):
+                    self._statuses.put(
+                        event
+                        if isinstance(event, RunnerTerminationError)
+                        else event.runner_status
+                    )
+        self._statuses.put(None)
 
     async def idle(self) -> psutil.Process:
         pid = cast(int, await to_thread.run_sync(self._report.recv))
@@ -98,11 +117,9 @@ class _Runner:
         return self.process
 
     async def next_status(self) -> object:
-        while True:
-            event = await self._events_rx.receive_async()
-            if isinstance(event, RunnerStatusUpdated):
-                return event.runner_status
-            assert not isinstance(event, RunnerTerminationError), str(event)
+        status = await to_thread.run_sync(self._statuses.get, abandon_on_cancel=True)
+        assert not isinstance(status, RunnerTerminationError), str(status)
+        return status
 
     def close(self) -> None:
         if self.process is not None:
@@ -110,8 +127,8 @@ class _Runner:
                 self.process.kill()
         self.worker.kill()
         self.worker.join()
-        # wakes a receive_async left waiting by a failed test
-        self.events.close()
+        self.events.close()  # ends the reader
+        self._statuses.put(None)  # and a next_status left waiting by a failed test
 
 
 @pytest.mark.usefixtures("spawn")
