@@ -93,10 +93,7 @@ class _Runner:
         report_tx.close()  # the worker's death ends the report
         self._report = report
         self.process: psutil.Process | None = None
-        # Read as they come, from the start: once the runner closes its event stream
-        # (as it exits), a receive refuses what is still buffered.
         self._statuses: queue.Queue[object] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         with contextlib.suppress(ClosedResourceError, EndOfStream):
@@ -111,6 +108,10 @@ class _Runner:
         self._statuses.put(None)
 
     async def idle(self) -> psutil.Process:
+        # Read as they come, from here on: once the runner closes its event stream (as
+        # it exits), a receive refuses what is still buffered. Started once both
+        # workers are forked: a fork copies no thread, and warns of those it leaves.
+        threading.Thread(target=self._read, daemon=True).start()
         pid = cast(int, await to_thread.run_sync(self._report.recv))
         self.process = psutil.Process(pid)
         assert isinstance(await self.next_status(), RunnerIdle)
