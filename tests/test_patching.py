@@ -359,3 +359,22 @@ def test_export_writes_the_series_and_its_cover_letter_and_says_why(
     assert all((out / name).read_bytes() == (directory / name).read_bytes() for name in written)
     assert cli.main(["patch", "apply", "--exo", str(tree), "--out", str(out)]) == 2
     assert "--out is for export" in capsys.readouterr().err
+
+
+def test_apply_adds_the_local_series_where_the_package_is_in_the_trees_venv(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_placement import shaped_tree
+
+    shaped_tree(tmp_path)
+    assert cli.main(["patch", "apply", "--exo", str(tmp_path)]) == 0
+    assert patching.check(tmp_path).local is None  # the PR alone
+    site = tmp_path / ".venv" / "lib" / "python3.13" / "site-packages"
+    (site / "exo_orphan_guard-0.1.0.dist-info").mkdir(parents=True)
+    assert cli.main(["patch", "apply", "--exo", str(tmp_path)]) == 0
+    assert patching.check(tmp_path).local is not None  # installed there: on top
+    out = capsys.readouterr().out.splitlines()
+    assert "local series: not applied" in out[1]
+    assert out[5].startswith("local series placed at the anchors") and out[5].endswith("applied")
+    assert cli.main(["patch", "revert", "--exo", str(tmp_path)]) == 0
+    assert patching.check(tmp_path).state == "not applied"
