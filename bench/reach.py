@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final, TypedDict, cast
 
-from exo_orphan_guard.exo import anchors, patching, placement
+from exo_orphan_guard.exo import anchors, bugfix, patching, placement
 
 from .reach_commits import Commit, git_output, heads, select
 from .reach_ruff import pinned_ruff, ruff_findings
@@ -129,6 +129,8 @@ def fingerprint() -> str:
     digest = hashlib.sha256(SCHEMA.encode())
     exo = Path(anchors.__file__).parent
     for path in sorted(patching.PATCHES_DIR.rglob("*.patch")):
+        if path.is_relative_to(bugfix.BUGFIX_DIR):
+            continue  # never applied by `patch apply`
         digest.update(path.relative_to(patching.PATCHES_DIR).as_posix().encode())
         digest.update(path.read_bytes())
     for relative, content in placement.every_new_file().items():

@@ -4,6 +4,7 @@ a git repository in tmp), the cache, the table, and the picture."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from bench import reach, reach_commits, reach_ruff, reach_table
 from bench.reach import AnchorResult, Record
-from exo_orphan_guard.exo import placement
+from exo_orphan_guard.exo import bugfix, patching, placement
 from tests.test_patch_refusal import GIT, another_exo, fitting_tree
 
 
@@ -177,6 +178,22 @@ def test_the_cache_keeps_only_this_fingerprints_records(tmp_path: Path) -> None:
 
 def test_the_fingerprint_follows_the_series_and_the_deciding_code() -> None:
     assert reach.fingerprint() == reach.fingerprint() and len(reach.fingerprint()) == 16
+
+
+def test_the_fingerprint_follows_what_apply_applies_and_not_the_bugfix_series(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patches = tmp_path / "patches"
+    shutil.copytree(patching.PATCHES_DIR, patches)
+    monkeypatch.setattr(patching, "PATCHES_DIR", patches)
+    monkeypatch.setattr(bugfix, "BUGFIX_DIR", patches / "bugfix")
+    before = reach.fingerprint()
+    for patch in (patches / "bugfix").rglob("*.patch"):
+        patch.write_bytes(patch.read_bytes() + b"\n")
+    assert reach.fingerprint() == before
+    (stored,) = (patches / "main").glob("0001-*.patch")
+    stored.write_bytes(stored.read_bytes() + b"\n")
+    assert reach.fingerprint() != before
 
 
 def test_the_tree_digest_sees_every_byte_and_every_file(tmp_path: Path) -> None:
