@@ -232,10 +232,11 @@ def section(arguments: argparse.Namespace, scratch: Path) -> str:
             "`watching exo <pid>` line is read. The guardian only sees an exo at its next "
             f"scan, so from its first runner's start (`/proc` start time, 10 ms ticks) this "
             f"should be about uniform in [scan, "
-            f"{interval:g} s + scan]. The scan row times what one scan does (`judge` with "
-            "the fingerprint rule, then the watch list) in the benchmark's own process; the "
-            "last row is the guardian's own CPU time over a window with no exo, divided "
-            "by the scans in it.\n",
+            f"{interval:g} s + scan]. The scan row times a full scan (`judge` with the "
+            "fingerprint rule over every command line, then the watch list) in the "
+            "benchmark's own process, what the guardian did before its cheap pass (the two "
+            "side by side: the guardian-scan section); the last row is the guardian's own "
+            "CPU time over a window with no exo, divided by the scans in it.\n",
             guardian_notice.render_notice(results.notice, notice_rounds),
             "",
         ]

@@ -75,7 +75,7 @@ def run_notice(rounds: int, scratch: Path, exo_python: str) -> NoticeResults:
                 try:
                     seen_at, _ = guardian.wait_for(watching(worker.pid), WATCH_TIMEOUT_S)
                     first_runner = min(
-                        _started_monotonic(runner.identity.pid) for runner in worker.runners
+                        started_monotonic(runner.identity.pid) for runner in worker.runners
                     )
                 finally:
                     scenarios.cleanup(worker)
@@ -88,7 +88,7 @@ def run_notice(rounds: int, scratch: Path, exo_python: str) -> NoticeResults:
     return results
 
 
-def _started_monotonic(pid: int) -> float:
+def started_monotonic(pid: int) -> float:
     """When `pid` started, on this process's monotonic clock: its start time in
     /proc/<pid>/stat counts clock ticks (10 ms) of CLOCK_BOOTTIME."""
     with open(f"/proc/{pid}/stat") as stat:
@@ -98,8 +98,9 @@ def _started_monotonic(pid: int) -> float:
 
 
 def _one_scan(registry: Path) -> None:
-    """What the guardian's scan does: judge the process table as a sweep does, and pick
-    the exo processes to watch from it."""
+    """What the guardian's scan did before its cheap pass (the guardian-scan section
+    sets the two side by side): judge the process table as a sweep does, and pick the
+    exo processes to watch from it."""
     opened, _ = Registry.open(registry, create=False)
     table, verdicts = judge(opened, SweepOptions(fingerprint=True), [])
     watchlist.exo_processes(table, verdicts)
@@ -109,7 +110,11 @@ def render_notice(results: NoticeResults, rounds: int) -> str:
     rows = [
         ("start of the stand-in worker → `watching exo <pid>`", rounds, results.from_start),
         ("its first runner's start → `watching exo <pid>`", rounds, results.from_up),
-        ("one scan (`judge` + the watch list), in process", SCAN_REPETITIONS, results.scan),
+        (
+            "one full scan (`judge` over every command line + the watch list), in process",
+            SCAN_REPETITIONS,
+            results.scan,
+        ),
     ]
     lines = [
         f"| at {NOTICE_LOAD} unrelated processes ({results.total_processes} alive) "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
@@ -21,6 +22,7 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 CONFINED: Final = ROOT / "scripts" / "confined"
 READY: Final = "watching for exo processes"
 WATCH_TIMEOUT_S: Final = 30.0
+SERVICE_RUN: Final = (sys.executable, "-m", "exo_orphan_guard", "service", "run")
 Backend = Literal["linux", "portable"]
 BACKENDS: Final[tuple[Backend, ...]] = ("linux", "portable")
 
@@ -46,12 +48,12 @@ def guardian_environment(scratch: Path, registry: Path, backend: Backend) -> dic
 
 @final
 class GuardianProcess:
-    """`python -m exo_orphan_guard service run`, each stderr line stamped
+    """`python -m exo_orphan_guard service run` (or `command`), each stderr line stamped
     (`time.monotonic()`) as it is read."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], command: Sequence[str] = SERVICE_RUN) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "exo_orphan_guard", "service", "run"],
+            list(command),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

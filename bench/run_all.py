@@ -2,6 +2,7 @@
 
     python -m bench.run_all [--only watch,idle] [--rounds 200] [--idle-seconds 60]
     python -m bench.run_all --only guardian [--guardian-idle-seconds 600]
+    python -m bench.run_all --only guardian-scan [--scan-seconds 600]
     python -m bench.run_all --only exo-stop [--exo-stop-rounds 5]   (opt-in: real exo)
 
 Each section writes bench/results/<section>.md (kept in git); the document is
@@ -26,6 +27,7 @@ from . import (
     grace_floor,
     group_reform,
     guardian_cost,
+    guardian_scan,
     handover_latency,
     idle_cost,
     plot_watch,
@@ -52,6 +54,7 @@ SECTION_ORDER = [
     "group",
     "launch",
     "guardian",
+    "guardian-scan",
     "start",
     "exo-stop",
 ]
@@ -346,6 +349,7 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "group": group_section,
     "launch": launch_section,
     "guardian": guardian_cost.section,
+    "guardian-scan": guardian_scan.section,
     "start": start_section,
     "exo-stop": exo_stop_section,
 }
@@ -369,6 +373,9 @@ def main() -> None:
     parser.add_argument("--guardian-rounds", type=int, default=50)
     parser.add_argument("--guardian-idle-seconds", type=float, default=600.0)
     parser.add_argument("--guardian-notice-rounds", type=int, default=20)
+    parser.add_argument("--scan-seconds", type=float, default=600.0)
+    parser.add_argument("--scan-notice-rounds", type=int, default=40)
+    parser.add_argument("--scan-repetitions", type=int, default=300)
     parser.add_argument("--start-repetitions", type=int, default=40)
     parser.add_argument("--exo-stop-rounds", type=int, default=5)
     arguments = parser.parse_args()

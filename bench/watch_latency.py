@@ -30,7 +30,8 @@ from typing import TypedDict
 
 from exo_orphan_guard.rig import ring_scenario, scenarios
 from exo_orphan_guard.rig.notes import read_notes
-from exo_orphan_guard.rig.scenario_worker import PR2205_POLL_SECONDS, RunnerKind, Watch
+from exo_orphan_guard.rig.runner_guards import PR2205_POLL_SECONDS
+from exo_orphan_guard.rig.scenario_worker import RunnerKind, Watch
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.tools import selftest

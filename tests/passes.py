@@ -43,6 +43,7 @@ BACKEND_DEPENDENT: Final[tuple[str, ...]] = (
     "exo_orphan_guard.watch",
     "exo_orphan_guard.sweeper.process_table",
     "exo_orphan_guard.sweeper.engine",
+    "exo_orphan_guard.sweeper.family",
     "exo_orphan_guard.sweeper.sweeping",
     "exo_orphan_guard.exo.worker",
     "exo_orphan_guard.guardian",

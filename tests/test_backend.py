@@ -138,6 +138,18 @@ def test_every_backend_answers_every_call_as_declared(platform: str) -> None:
         assert all(parameter.default is not inspect.Parameter.empty for parameter in extra), name
 
 
+def test_a_running_process_is_not_exiting() -> None:
+    """Linux reads a pending SIGKILL, macOS `ps`; psutil alone cannot tell (None), and
+    the engine then reports what SIGKILL left as unkillable at the kill wait."""
+    told = system.BACKEND == "linux" or sys.platform == "darwin"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert system.is_exiting(sleeper.pid) is (False if told else None)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_psutil_status_words_are_the_snapshots() -> None:
     import psutil
 
@@ -160,8 +172,10 @@ def test_every_call_about_a_gone_process_answers_without_raising() -> None:
         "thread_count": system.thread_count(gone),
         "stuck_state": system.stuck_state(gone),
         "is_stopped": system.is_stopped(gone),
+        "is_exiting": system.is_exiting(gone),
         "memory_usage": system.memory_usage(gone),
         "pipe_inodes": system.pipe_inodes(gone),
+        "mapped_files": system.mapped_files(gone),
         "process_group": system.process_group(gone),
         "child_pids": system.child_pids(gone),
         "descendants": system.descendants(gone),

@@ -42,6 +42,12 @@ from tests.helpers.cli import CLI, run_cli
 from tests.helpers.processes import carrying, kill_all, make_fake_exo_environment, start_orphan
 
 ROUNDS = int(os.environ.get("EOG_CHAOS_ROUNDS") or 200)
+HANG_SECONDS = 120.0 * max(1.0, ROUNDS / 200)
+"""Past this, something hung: 200 rounds take about a minute on 2 cores; more rounds
+(`EOG_CHAOS_ROUNDS=2000`, to hunt a rare race) take longer in proportion."""
+DECOY_SECONDS = str(round(max(900.0, 4 * HANG_SECONDS)))
+"""How long the `sleep` decoys sleep: past any run, so that one found gone was harmed
+(a 2,000-round run took 1,449 s, and its 900 s decoys were found "harmed")."""
 PARALLEL = 8
 TAG_VARIABLE = "EOG_CHAOS"
 KINDS: list[RunnerKind] = [
@@ -136,7 +142,7 @@ def reused_group_decoy(registry: Path) -> ProcessIdentity:
     that once had the leader's pid: the group id means nothing any more."""
     leader = (
         "import os, subprocess, sys; os.setpgid(0, 0); "
-        "p = subprocess.Popen(['/bin/sleep', '900'], stdout=subprocess.DEVNULL, "
+        f"p = subprocess.Popen(['/bin/sleep', '{DECOY_SECONDS}'], stdout=subprocess.DEVNULL, "
         "stderr=subprocess.DEVNULL); print(os.getpid(), p.pid, flush=True); os._exit(0)"
     )
     output = subprocess.run(
@@ -181,7 +187,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         python="python",
         extra_env={"PATH": f"{Path(python).parent}:{os.environ['PATH']}"},
     )
-    ordinary = start_orphan(["/bin/sleep", "900"])
+    ordinary = start_orphan(["/bin/sleep", DECOY_SECONDS])
     regrouped = reused_group_decoy(isolated_environment)
     decoys = [*decoy_worker.all_processes(), *plain_worker.all_processes(), ordinary, regrouped]
 
@@ -302,7 +308,7 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         assert [decoy for decoy in harmed if decoy.pid in targeted] == [], harmed
         assert harmed == [], f"harmed, but by none of this test's sweeps: {harmed}"
         assert runners_armed[0] > ROUNDS // 4
-        assert elapsed < 120
+        assert elapsed < HANG_SECONDS
     finally:
         stop.set()
         kill_all(tagged(tag))

@@ -15,7 +15,7 @@ from exo_orphan_guard.records.guardian_state import GuardianState
 from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
-from exo_orphan_guard.sweeper.verdicts import Verdict
+from exo_orphan_guard.sweeper.verdicts import NOT_KNOWN_EXO, Verdict
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.process_facts import Pid
 from exo_orphan_guard.tools import cli, doctor, service_status
@@ -32,7 +32,8 @@ RUNNER = ProcessInfo(
     status="sleeping",
     rss=2**31,
     create_time=1.0,
-    runs_exo=True,
+    exo_evidence="maps exo's extension exo_rs.abi3.so",
+    in_exo_environment=True,
 )
 GUARDIAN = service_status.GuardianFacts(
     manager="systemd",
@@ -69,6 +70,7 @@ def test_a_healthy_node() -> None:
         "settings": "OK",
         "exo patch": "SKIP",
         "orphans": "OK",
+        "not known": "OK",
         "unkillable": "OK",
         "hard kills": "OK",
         "endings under way": "OK",
@@ -90,15 +92,35 @@ def test_orphans_fail_and_say_what_to_run() -> None:
     assert doctor.exit_code(checks) == 1
 
 
+def test_an_orphan_not_known_to_be_exo_is_listed_with_what_ends_it() -> None:
+    reason = f"{NOT_KNOWN_EXO}: nothing shows it runs exo"
+    unknown = Verdict(RUNNER.pid, "spare", reason, None, RUNNER, not_known_exo=True)
+    checks = doctor.assess(dataclasses.replace(HEALTHY, verdicts=(unknown,)))
+    by_name = {check.name: check for check in checks}
+    line = by_name["not known"]
+    assert line.status == "WARN" and "300" in line.detail and "not known to be exo" in line.detail
+    assert "--match" in str(line.next_step) and line.figures == {"pids": [300]}
+    assert by_name["orphans"].status == "OK", "never counted as an orphan a sweep ends"
+    assert doctor.exit_code(checks) == 0
+
+
 def test_stuck_processes_say_reboot() -> None:
     checks = doctor.assess(dataclasses.replace(HEALTHY, stuck=((300, "U"),)))
     unkillable = next(check for check in checks if check.name == "unkillable")
     assert unkillable.status == "FAIL" and "reboot" in str(unkillable.next_step)
 
 
-def test_guard_off_odd_and_registry_problems() -> None:
-    off = statuses(dataclasses.replace(HEALTHY, toggle=settings.Parsed(False)))
-    assert off["guard"] == "WARN"
+def test_guard_off_odd_and_registry_problems(tmp_path: Path) -> None:
+    # The app's user: no toggle anywhere, a guardian running: an all-clear.
+    off = dataclasses.replace(HEALTHY, toggle=settings.Parsed(False))
+    assert statuses(off)["guard"] == "OK" and doctor.exit_code(doctor.assess(off)) == 0
+    # A patched exo named here, the toggle off: its hooks do nothing.
+    series = patching.load_series()[0]
+    patched = dataclasses.replace(
+        off, exo_tree=tmp_path, patch_status=patching.TreeStatus(series, "applied")
+    )
+    (guard,) = [check for check in doctor.assess(patched) if check.name == "guard"]
+    assert guard.status == "WARN" and "=true" in str(guard.next_step)
     odd = settings.parse_toggle("maybe")
     assert statuses(dataclasses.replace(HEALTHY, toggle=odd))["guard"] == "WARN"
     refused = dataclasses.replace(HEALTHY, registry_problem="orphan registry /r is a symlink")

@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from exo_orphan_guard.records.endings import Ending
-from exo_orphan_guard.sweeper.engine import FirstStep, Progress, Target, advance, begin
+from exo_orphan_guard.sweeper.engine import (
+    EXIT_SETTLE_SECONDS,
+    FirstStep,
+    Progress,
+    Target,
+    advance,
+    begin,
+)
 from exo_orphan_guard.sweeper.sweep_endings import Bounds, plan
 from exo_orphan_guard.sweeper.verdicts import Verdict
 from exo_orphan_guard.system.identity import ProcessIdentity
@@ -77,6 +84,16 @@ def test_after_sigkill_it_is_waited_for_only_the_kill_wait(now: float) -> None:
     assert _advance(target, killed, 121.0) == (killed, "wait")
     assert _advance(target, killed, now)[1] == "done"
     assert _advance(target, killed, 121.0, gone=True)[1] == "done"
+
+
+def test_one_on_its_way_out_after_sigkill_is_waited_for_longer() -> None:
+    """A loaded machine can take seconds to tear a process down: not stuck in the
+    kernel, it is given `EXIT_SETTLE_SECONDS` more before it is called unkillable."""
+    target = Target(RUNNER, SIGINT_STEP)
+    killed = Progress("killed", 122.0)
+    assert _advance(target, killed, 123.0, exiting=True) == (killed, "wait")
+    assert _advance(target, killed, 122.0 + EXIT_SETTLE_SECONDS, exiting=True)[1] == "done"
+    assert _advance(target, killed, 123.0, exiting=False)[1] == "done"
 
 
 def test_no_first_step_is_sigkill_at_once() -> None:

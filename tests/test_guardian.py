@@ -86,7 +86,8 @@ def test_runners_that_hand_themselves_their_shutdown_get_the_grace_before_sigint
             marker.parent.mkdir(mode=0o700, exist_ok=True)
             marker.write_text(json.dumps({"pid": worker.pid, "at": time.time()}))
             marker.chmod(0o600)
-            assert "hand themselves" in running.watching(worker.pid)
+            # Said as it is first watched, or by a later scan if the marker came after.
+            running.wait_for(rf"exo {worker.pid}\b.*hand themselves their Shutdown")
             (runner,) = [runner.identity for runner in worker.runners]
             killed_at = scenarios.kill_worker(worker)
             gone_at = scenarios.wait_gone([runner], GONE_WITHIN)[runner]

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from exo_orphan_guard.guardian.service_run import read_pidfile
-from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched
-from exo_orphan_guard.records import handover_marker
+from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched, remember
+from exo_orphan_guard.records import handover_marker, sightings
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import SweepOptions, decide
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.process_facts import Pid
 from tests.helpers.snapshots import EXO_PY, FROZEN_ARGV, UID, proc, table
 
 WORKER_ARGV = (EXO_PY, "-m", "exo")
@@ -28,22 +29,33 @@ def _watch(*processes: ProcessInfo, protected: tuple[int, ...] = ()) -> dict[int
 
 
 def test_a_live_exo_with_runners_is_watched_with_them_and_its_other_children_are_not() -> None:
-    worker = proc(200, 1, argv=WORKER_ARGV, exo=False)
+    # exo shows itself (its extension mapped); the runners of `python -m exo` show
+    # nothing of exo's, and are watched as its spawn children.
+    worker = proc(200, 1, argv=WORKER_ARGV)
     tracker = proc(201, 200, argv=TRACKER_ARGV, exo=False)
     macmon = proc(202, 200, argv=("macmon", "pipe", "--interval", "1000"), exo=False)
-    assert _watch(worker, tracker, macmon, proc(210, 200), proc(211, 200)) == {200: {210, 211}}
+    runners = proc(210, 200, exo=False), proc(211, 200, exo=False)
+    assert _watch(worker, tracker, macmon, *runners) == {200: {210, 211}}
 
 
 def test_the_frozen_app_is_watched_like_a_python_exo() -> None:
-    app = proc(300, 1, argv=(FROZEN_ARGV[0],), exo=False)
+    app = proc(300, 1, argv=(FROZEN_ARGV[0],))
     assert _watch(app, proc(310, 300, argv=FROZEN_ARGV)) == {300: {310}}
 
 
 def test_nothing_is_watched_that_is_not_an_exo_parent_of_this_user() -> None:
     assert _watch(proc(400, 1, exo=False), proc(410, 400, exo=False)) == {}, "not exo's"
-    other = proc(500, 1, argv=WORKER_ARGV, exo=False, uid=UID + 1)
+    other = proc(500, 1, argv=WORKER_ARGV, uid=UID + 1)
     assert _watch(other, proc(510, 500, uid=UID + 1)) == {}, "another user's"
-    assert _watch(proc(600, 1, argv=WORKER_ARGV, exo=False), proc(610, 600), protected=(600,)) == {}
+    assert _watch(proc(600, 1, argv=WORKER_ARGV), proc(610, 600), protected=(600,)) == {}
+
+
+def test_a_program_from_exos_environment_that_shows_nothing_of_exo_is_not_watched() -> None:
+    # A script with a ProcessPoolExecutor, run by exo's venv interpreter.
+    pool = proc(900, 1, argv=(EXO_PY, "pool.py"), exo=False, environment=True)
+    assert _watch(pool, proc(910, 900, exo=False), proc(911, 900, exo=False)) == {}
+    # Nor a live parent showing nothing whose child shows exo (a subreaper, say).
+    assert _watch(proc(920, 1, argv=("tmux",), exo=False), proc(930, 920)) == {}
 
 
 def test_an_orphan_is_ended_not_watched_and_pid_1_is_never_watched() -> None:
@@ -52,12 +64,26 @@ def test_an_orphan_is_ended_not_watched_and_pid_1_is_never_watched() -> None:
 
 
 def test_a_pidfile_names_an_exo_before_it_has_runners() -> None:
-    worker = proc(800, 1, argv=WORKER_ARGV, exo=False)
+    worker = proc(800, 1, argv=WORKER_ARGV)
     snapshot = table(worker)
     found = exo_processes(snapshot, (), [worker])
     assert list(found) == [worker.identity] and found[worker.identity] == frozenset()
     assert newly_watched({}, found) == [worker.identity]
     assert newly_watched(found, found) == []
+
+
+def test_what_is_watched_is_remembered_for_when_its_exo_is_gone(tmp_path: Path) -> None:
+    never = 2**22 + 10  # above any pid_max: never a live process here
+    worker = proc(never, 1, argv=WORKER_ARGV)
+    snapshot = table(worker, proc(never + 1, never, exo=False))
+    found = exo_processes(snapshot, ())
+    assert found == {worker.identity: frozenset({snapshot.processes[Pid(never + 1)].identity})}
+    assert remember(tmp_path, snapshot, found) is None
+    assert sightings.read(tmp_path, snapshot.boot_id) == found
+    # The next scan: the exo and its runner are gone (no live process has their
+    # identities): nothing is kept.
+    assert remember(tmp_path, snapshot, {}) is None
+    assert sightings.read(tmp_path, snapshot.boot_id) == {}
 
 
 def test_exos_pidfile_is_where_exo_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:

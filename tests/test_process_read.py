@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from exo_orphan_guard.sweeper import engine, process_table
+from exo_orphan_guard.sweeper import family, process_table
 from exo_orphan_guard.system._posix import (  # the portable backend: what macOS runs
     child_pids,
     descendants,
@@ -170,7 +170,7 @@ def test_the_tree_walk_before_a_kill_survives_it_and_takes_nothing_unread(
     (grandchild,) = psutil.Process(child.pid).children()
     # uids of the target (its family's user), cmdline of the descendant it would take.
     failing(monkeypatch, method, {child.pid if method == "uids" else grandchild.pid}, shape)
-    assert engine.preview([target], protected=()) == {target.pid: ()}
+    assert family.preview([target], protected=()) == {target.pid: ()}
 
 
 def test_the_tree_walk_takes_a_readable_descendant(child: subprocess.Popen[bytes]) -> None:
@@ -178,4 +178,4 @@ def test_the_tree_walk_takes_a_readable_descendant(child: subprocess.Popen[bytes
     target = identity_of(child.pid)
     assert target is not None
     (grandchild,) = psutil.Process(child.pid).children()
-    assert engine.preview([target], protected=()) == {target.pid: (Pid(grandchild.pid),)}
+    assert family.preview([target], protected=()) == {target.pid: (Pid(grandchild.pid),)}

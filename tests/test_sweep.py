@@ -182,7 +182,9 @@ def test_decoys_all_survive_a_sweep(
         assert not suspects & decoy_pids, reports
         spared = {entry["pid"]: entry["reason"] for entry in reports[0]["spared"]}
         assert "uid" in spared[nobody.pid]
-        assert spared[live_unguarded.runners[0].identity.pid].startswith("its parent")
+        # exo's runner: its live parent shows exo (the stand-in extension mapped).
+        unguarded_runner = live_unguarded.runners[0].identity.pid
+        assert spared[unguarded_runner].startswith(f"runner of exo {live_unguarded.pid}")
         # Another program's spawn children are not exo's business at all.
         assert foreign_program.runners[0].identity.pid not in spared
         guarded_runner = live_guarded.runners[0].identity.pid

@@ -199,3 +199,60 @@ def test_a_runner_dying_between_snapshot_and_kill_leaves_no_child(
     assert scenarios.wait_gone([child], 2.0)[child] is not None, completed.stdout
     assert json.loads(completed.stdout) == ["registry", "registry-group"]
     assert not path.exists()
+
+
+# --- the runner that dies while the sweep reads the process table ----------------------------
+
+
+_WORKER_DIES_WHILE_READ = """
+import json, os, signal, sys, time
+from exo_orphan_guard.sweeper import process_table
+from exo_orphan_guard.system.identity import identity_of, liveness
+from exo_orphan_guard.sweeper.sweeping import sweep
+
+worker, runner = identity_of(int(sys.argv[1])), identity_of(int(sys.argv[2]))
+real_describe = process_table._describe
+read: list[int] = []
+
+def describe(pid):
+    info = real_describe(pid)
+    read.append(pid)
+    if pid == worker.pid and runner.pid not in read:
+        # Read alive; dies now, and its runner with it, before the runner is read.
+        os.kill(worker.pid, signal.SIGKILL)
+        while liveness(runner) == "alive":
+            time.sleep(0.001)
+    return info
+
+process_table._describe = describe
+report = sweep(grace=0.2, fingerprint=False)
+print(json.dumps([verdict.rule for verdict in report.targets]))
+"""
+
+
+@pytest.mark.skipif(
+    system.BACKEND != "linux",
+    reason="PR_SET_PDEATHSIG, and proof of descent is the inherited environment, which the "
+    "portable backend (macOS) cannot read",
+)
+def test_a_runner_gone_between_its_workers_read_and_its_own_keeps_its_group_judged(
+    start_worker: StartWorker, isolated_environment: Path
+) -> None:
+    """The chaos test's second find: the snapshot reads the worker alive, the worker
+    dies, PR_SET_PDEATHSIG takes the runner, the snapshot reads the runner gone. Its
+    group was not read (both lived when the sweep chose which to read): the record
+    must stay for a pass that reads it, or the runner's child outlives everything."""
+    worker = start_worker(["child"], strategy="pdeathsig")
+    (runner,) = worker.runners
+    (child,) = runner.children
+    path = host_directory(isolated_environment) / f"runner-{runner.identity.pid}.json"
+    completed = subprocess.run(
+        [sys.executable, "-c", _WORKER_DIES_WHILE_READ, str(worker.pid), str(runner.identity.pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert scenarios.wait_gone([child], 2.0)[child] is not None, completed.stdout
+    assert json.loads(completed.stdout) == ["registry-group"]
+    assert not path.exists()

@@ -20,6 +20,7 @@ from exo_orphan_guard.records.registry import Registry, host_directory
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.native_calls import GIL_BUSY_SECONDS
 from exo_orphan_guard.rig.notes import read_notes
+from exo_orphan_guard.sweeper.engine import EXIT_SETTLE_SECONDS
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import liveness
@@ -86,18 +87,25 @@ def test_a_sweep_waits_for_one_that_never_returns_only_until_its_watchdog_kills_
 def test_sweep_now_kills_a_busy_orphan_at_once_and_warns(
     start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch, isolated_environment: Path
 ) -> None:
-    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "60")
+    monkeypatch.setenv(settings.BUSY_WAIT_ENV, "300")
     runner = busy_orphan(start_worker, isolated_environment)
     began = time.monotonic()
-    completed = run_cli("sweep", "--now", "--json", "--registry-only", env=dict(os.environ))
-    assert time.monotonic() - began < 30.0  # far from the busy wait's 60 s
+    completed = run_cli(
+        "sweep", "--now", "--json", "--registry-only", env=dict(os.environ), timeout=120
+    )
+    # Far from the busy wait's 300 s: at most the kill wait and a slow teardown's wait.
+    assert time.monotonic() - began < 2.0 + EXIT_SETTLE_SECONDS + 30.0
     assert "wired Metal memory" in completed.stderr and "reboot" in completed.stderr, (
         completed.stderr
     )
     assert "sweep: waiting for" not in completed.stderr
     (result,) = [r for r in json.loads(completed.stdout)["results"] if r["pid"] == runner.pid]
-    assert result["signals"] == ["SIGKILL"] and result["ended"] == "killed", result
-    assert scenarios.alive([runner]) == []
+    assert result["signals"] == ["SIGKILL"], result
+    # psutil alone cannot tell a slow teardown (`system.is_exiting`): under load the
+    # portable backend may call it unkillable at the kill wait, before it is gone.
+    if system.BACKEND == "linux" or sys.platform == "darwin":
+        assert result["ended"] == "killed", result
+    assert scenarios.wait_gone([runner], EXIT_SETTLE_SECONDS)[runner] is not None
 
 
 def test_scan_shows_a_runner_busy_in_native_code(

@@ -10,8 +10,10 @@ runner sat on until the busy wait's SIGKILL."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from exo_orphan_guard.rig.runner_threads import WAITING
 from exo_orphan_guard.rig.scenario_worker import RunnerKind
 from exo_orphan_guard.sweeper.sweeping import sweep
 from exo_orphan_guard.system import settings, signalling
-from exo_orphan_guard.system.identity import ProcessIdentity
+from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from tests.helpers.cli import report_of, run_cli
 from tests.helpers.sweeps import orphaned_runners
 from tests.helpers.waiting import wait_for_note, wait_until
@@ -85,3 +87,51 @@ def test_the_worker_hook_sweep_interrupts_stopped_runners_on_their_main_threads(
             assert "atexit" in events
     finally:
         scenarios.cleanup(worker)
+
+
+AMONG_THREADS = """
+import queue, threading, time
+def wake_often():
+    while True:
+        time.sleep(0.002)
+for _ in range(3):
+    threading.Thread(target=wake_often, daemon=True).start()
+try:
+    print("waiting", flush=True)
+    queue.Queue().get()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+"""The main thread in a lock wait, three helper threads waking every 2 ms."""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="aims at a thread through Linux's calls")
+@pytest.mark.parametrize("thread_pidfds", [True, False])
+def test_an_interrupt_reaches_the_main_thread_of_a_stopped_process(
+    monkeypatch: pytest.MonkeyPatch, thread_pidfds: bool
+) -> None:
+    """Both ways Linux aims at the main thread: a thread pidfd (6.9+) and, before it,
+    tgkill. Ten stopped processes each: every one raises KeyboardInterrupt."""
+    if not thread_pidfds:
+        monkeypatch.setattr(signalling, "_thread_pidfds", lambda: False)
+    elif not signalling._thread_pidfds():  # pyright: ignore[reportPrivateUsage]
+        pytest.skip("this kernel has no thread pidfds (Linux 6.9+)")
+    for _ in range(10):
+        process = subprocess.Popen(
+            [sys.executable, "-c", AMONG_THREADS], stdout=subprocess.PIPE, text=True
+        )
+        try:
+            assert process.stdout is not None and process.stdout.readline() == "waiting\n"
+            target = identity_of(process.pid)
+            assert target is not None
+            assert signalling.send(target, signal.SIGSTOP) == "sent"
+            pid = process.pid
+            assert wait_until(lambda pid=pid: system.is_stopped(pid) is True, 10.0)
+            assert signalling.interrupt(target) == "sent"
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+            assert process.poll() is not None, "SIGINT did not reach its main thread"
+            assert process.stdout.read() == "interrupted\n"
+        finally:
+            process.kill()
+            process.wait()

@@ -7,15 +7,18 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from exo_orphan_guard import system
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.scenario_worker import SLOW_FORK_SECONDS_ENV
+from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from exo_orphan_guard.watch.tree_kill import kill_runner_tree
 from tests.conftest import StartWorker
+from tests.helpers.processes import kill_all
 
 # A runner that leads its own group, with a child in the group and a stray that left
 # it (its own session, as a daemonising helper would). Prints the two pids.
@@ -102,3 +105,37 @@ def test_a_runner_stopped_before_its_watchdog_first_ran_takes_what_it_started(
     exits = scenarios.wait_gone(list(victim.tree), 10.0)
     assert all(seen is not None for seen in exits.values()), exits
     assert worker.process.poll() is None
+
+
+STRAY_HOOK = Path(__file__).parent / "helpers" / "stray_after_walk"
+
+
+@pytest.mark.parametrize("strategy", ["sentinel", "poll"])
+def test_a_child_started_while_the_tree_is_walked_goes_with_the_runner(
+    start_worker: StartWorker, tmp_path: Path, strategy: settings.Strategy
+) -> None:
+    """Killed at once by its own watch thread (a waiter alone: no watchdog races it),
+    the runner runs on while the walk of its tree goes: its main thread may start a
+    child that leaves the group. The hook starts one right after the walk. Found by
+    the chaos test (`guard:pidfd:strays,idle`: two `sleep` left, ppid 1)."""
+    pid_file = tmp_path / "stray"
+    path = os.environ.get("PYTHONPATH", "")
+    worker = start_worker(
+        ["idle"],
+        strategy=strategy,
+        extra_env={
+            "EOG_TEST_STRAY_AFTER_WALK": str(pid_file),
+            "PYTHONPATH": os.pathsep.join(part for part in (str(STRAY_HOOK), path) if part),
+        },
+    )
+    (runner,) = worker.runners
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.process.wait()
+    assert scenarios.wait_gone([runner.identity], 10.0)[runner.identity] is not None
+    assert pid_file.exists(), "the hook never ran: the test proves nothing"
+    stray = identity_of(int(pid_file.read_text()))
+    try:
+        assert stray is None or scenarios.wait_gone([stray], 2.0)[stray] is not None
+    finally:
+        if stray is not None:
+            kill_all([stray])

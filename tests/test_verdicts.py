@@ -162,3 +162,11 @@ def test_a_runner_gone_before_its_group_was_read_keeps_its_record_for_another_pa
     assert [(verdict.action, verdict.again) for verdict in verdicts] == [("spare", True)]
     verdicts = decide(table(scanned=True), [record(300, DEAD_WORKER)], DEFAULT)
     assert [(verdict.action, verdict.again) for verdict in verdicts] == [("forget", False)]
+
+
+def test_a_runner_gone_before_its_group_was_read_stays_recorded_whatever_its_worker_was() -> None:
+    # The snapshot read the worker alive, then the runner gone: the worker died in
+    # between and took the runner with it (PR_SET_PDEATHSIG). Its group is unread.
+    worker = proc(200, argv=("/x/python", "-m", "exo"))
+    verdicts = decide(table(worker, scanned=False), [record(300, DEAD_WORKER)], DEFAULT)
+    assert [(verdict.action, verdict.again) for verdict in verdicts] == [("spare", True)]

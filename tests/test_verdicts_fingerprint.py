@@ -236,3 +236,15 @@ def test_a_recorded_verdict_is_not_judged_twice_by_the_fingerprint() -> None:
         table(proc(300, ppid=1), worker), [record(300, ProcessIdentity(Pid(200), 200.0))], DEFAULT
     )
     assert [(verdict.pid, verdict.action) for verdict in verdicts] == [(300, "spare")]
+
+
+def test_an_init_sharing_the_runners_stdout_is_not_its_spawner() -> None:
+    """Issue 40 item 4: `sh`, `tini` or `dumb-init` as a container's pid 1 holds the
+    stdout every v1.0.71 runner inherits. A shared pipe is no proof of spawning: a
+    spawner is a Python program (or the frozen app the child runs)."""
+    for argv in (("/bin/sh", "-c", "while :; do sleep 1; done"), ("/usr/bin/dumb-init", "--")):
+        init = proc(1, ppid=0, argv=argv, exo=False, pipes=frozenset({5, 6}))
+        runner = proc(300, ppid=1, pipes=frozenset({5, 7001}))
+        verdict = by_pid(decide(table(runner, init, pipes_visible=True), [], DEFAULT))[300]
+        assert verdict.action == "kill", argv
+        assert "not a Python program" in verdict.reason

@@ -51,7 +51,7 @@ VALENSAS: Final = (
 SCAN_EVERY_NODE: Final = (
     "exo-orphan-guard scan   # on every node of the instance: leftover runners?"
 )
-SWEEP: Final = "exo-orphan-guard sweep  # kill them (SIGTERM, grace, SIGKILL)"
+SWEEP: Final = "exo-orphan-guard sweep  # end them (SIGINT, the busy wait, SIGKILL)"
 DOCTOR: Final = "exo-orphan-guard doctor # guard, patch, registry, queue-pair budget"
 REBOOT_IF_UNKILLABLE: Final = (
     "if sweep reports UNKILLABLE (state U/D): reboot that node, "

@@ -288,16 +288,22 @@ def run_uv(uv: str, tree: Path, *arguments: str) -> UvResult:
     except OSError as error:
         return UvResult(False, f"cannot run {uv}: {error.strerror}")
     output = finished.stdout + finished.stderr
-    return UvResult(finished.returncode == 0, summary_line(output), output)
+    ok = finished.returncode == 0
+    return UvResult(ok, summary_line(output, ok=ok), output)
 
 
-def summary_line(output: str) -> str:
-    """The line that says what happened: the first error, else the last line."""
+def summary_line(output: str, *, ok: bool) -> str:
+    """The line that says what happened: the first error line; else, for a run that
+    failed, its first line (the cause comes first: pyenv's shim for a `uv` it cannot
+    find says `pyenv: uv: command not found`, then advice), for one that worked, its
+    last (uv's summary)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     for line in lines:
         if line.lower().startswith("error:"):
             return line
-    return lines[-1] if lines else "(no output)"
+    if not lines:
+        return "(no output)"
+    return lines[-1] if ok else lines[0]
 
 
 def lock_state(tree: Path, uv: str | None) -> tuple[LockState, str]:

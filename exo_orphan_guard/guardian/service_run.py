@@ -7,9 +7,10 @@ guardian:
 
 1. ends what was orphaned while it was not running (a sweep of every process);
 2. every scan interval, judges the process table as a sweep does
-   (`judging.judge`), starts an exit watch on each exo process with runners it has
-   not seen (pidfd on Linux, kqueue on macOS, polling on the portable backend), and
-   ends any orphan the scan finds (an exo killed between two scans);
+   (`judging.judge`, its command-line pass replaced by `CheapScan`, which reads only
+   what is new), starts an exit watch on each exo process with runners it has not
+   seen (pidfd on Linux, kqueue on macOS, polling on the portable backend), and ends
+   any orphan the scan finds (an exo killed between two scans);
 3. when a watched exo process exits, ends the runners last seen under it at once,
    judging only them (a few milliseconds), then scans again. An exo whose hooks hand
    its runners their own Shutdown (`handover_marker`) has them left alone for the
@@ -52,6 +53,7 @@ from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
 from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
+from .cheap_scan import CheapScan
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
 
 _IDLE_SCANS_BEFORE_LEAVING: Final = 2
@@ -148,6 +150,8 @@ class Guardian:
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
         self._claims = Claims()
+        self._sightings_problem: str | None = None
+        self._cheap_scan = CheapScan()
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -208,18 +212,25 @@ class Guardian:
 
     def _scan(self) -> None:
         warnings: list[str] = []
-        registry, _ = Registry.open(settings.registry_dir(), create=False)
-        table, verdicts = judge(registry, OPTIONS, warnings)
+        base = settings.registry_dir()
+        registry, _ = Registry.open(base, create=False)
+        table, verdicts = judge(registry, OPTIONS, warnings, self._cheap_scan.candidates())
         named = _named(table, (*self._named, *_pid_in_pidfile()))
         found = watchlist.exo_processes(table, verdicts, named)
+        if registry is not None:  # before any exit watch: its ending judges by them
+            problem = watchlist.remember(registry.path, table, found)
+            if problem is not None and problem != self._sightings_problem:
+                say(problem)
+            self._sightings_problem = problem
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
-        base = settings.registry_dir()
         handing_over = {
             process
             for process in found
             if process in starts and handover_marker.hands_over(base, process.pid, starts[process])
         }
         with self._lock:
+            # Said of an exo already watched: its marker came after its first scan.
+            newly_handing = (handing_over - self._handing_over) & set(self._watched)
             self._handing_over = (self._handing_over & set(found)) | handing_over
             listed = {info.identity for info in table.processes.values() if not info.exited}
             self._handed = {runner for runner in self._handed if runner in listed} | {
@@ -232,6 +243,8 @@ class Guardian:
         for process in new:
             handover = ", which hand themselves their Shutdown" if process in handing_over else ""
             say(f"watching exo {process.pid} ({len(found[process])} runner(s){handover})")
+        for process in newly_handing:
+            say(f"exo {process.pid}: its runners hand themselves their Shutdown (its marker)")
         for process in unwatched:
             threading.Thread(
                 target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True

@@ -1,21 +1,26 @@
 """Which exo processes the guardian watches, decided from a sweep's snapshot and
 verdicts: pure, so that every rule is tested on made-up tables.
 
-An exo process is any live process of this user that is the parent of exo spawn
-children (`ProcessInfo.runs_exo`: the frozen app's `exo`, or a Python whose
-environment has exo) that no rule marks for ending: its runners. exo's resource
-tracker and `macmon` run without `--multiprocessing-fork`, so they are never runners.
-exo's pidfile (exo main) names the process even before it has runners.
+An exo process is a live process of this user that shows it runs exo
+(`ProcessInfo.exo_evidence`: exo's Rust extension mapped, the frozen app, exo's own
+command line; `sweeper.exo_detect`) and is the parent of spawn children that no rule
+marks for ending: its runners. exo's resource tracker and `macmon` run without
+`--multiprocessing-fork`, so they are never runners. exo's pidfile (exo main) names
+the process even before it has runners. What is watched is also what the guardian
+remembers (`records.sightings`): the runners seen under a live exo are known to be
+exo's once it is gone, whatever they show themselves.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
+from ..records import sightings
 from ..sweeper.process_table import ProcessInfo, ProcessTable
 from ..sweeper.verdicts import Verdict
-from ..system.identity import ProcessIdentity
+from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
 
 Watched = Mapping[ProcessIdentity, frozenset[ProcessIdentity]]
@@ -32,12 +37,12 @@ def exo_processes(
     ending = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
     found: dict[ProcessIdentity, set[ProcessIdentity]] = {}
     for info in table.processes.values():
-        if not _may_watch(info, table) or not info.is_spawn_child or not info.runs_exo:
-            continue
-        if info.pid in ending:
+        if not _may_watch(info, table) or not info.is_spawn_child or info.pid in ending:
             continue
         parent = table.processes.get(Pid(info.ppid))
-        if parent is None or not _may_watch(parent, table) or parent.pid in ending:
+        if parent is None or not parent.runs_exo:
+            continue
+        if not _may_watch(parent, table) or parent.pid in ending:
             continue
         found.setdefault(parent.identity, set()).add(info.identity)
     for info in named:
@@ -54,6 +59,18 @@ def _may_watch(info: ProcessInfo, table: ProcessTable) -> bool:
         and info.uid == table.uid
         and info.pid not in table.protected
         and not info.is_guard
+    )
+
+
+def remember(directory: Path, table: ProcessTable, watched: Watched) -> str | None:
+    """Keep what is `watched` in the sightings of the registry's host `directory`
+    (`records.sightings`), beside what was seen before of runners still alive: once
+    their exo is gone, they are known to be its runners, to this guardian, to its
+    successor after a SIGKILL, and to a sweep. Call it before an exit watch starts on
+    any of them. A warning if they could not be written (their endings then rest on
+    what each runner shows itself)."""
+    return sightings.remember(
+        directory, table.boot_id, watched, lambda runner: liveness(runner) != "gone"
     )
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, NoReturn
 
 from .notes import RunnerNotes
@@ -125,21 +126,37 @@ def loop_over_mlx() -> None:
         mx.eval(mx.sum(step * 1.0001))  # pyright: ignore
 
 
-def wedge_in_native_code() -> None:
+def in_native_code_path(go_file: str, pid: int) -> str:
+    """Made by a `gil`, `deaf`, `faulty` or `wedged` runner just before its native call
+    (`scenarios.wait_in_native_code` waits for it, however slowly a loaded machine
+    starts the runner)."""
+    return f"{go_file}.native-{pid}"
+
+
+def entering_native_code(go_file: str) -> None:
+    with open(in_native_code_path(go_file, os.getpid()), "w"):
+        pass
+
+
+def wedge_in_native_code(entering: Callable[[], None]) -> None:
     """Hold the GIL in native code that never returns, whatever comes: the notice and
     SIGINT are blocked in this thread, as in a C++ call that retries on EINTR (MLX's
-    init): SIGINT from outside stays pending, and only SIGKILL ends it."""
+    init): SIGINT from outside stays pending, and only SIGKILL ends it. `entering` is
+    told first, once the signals are blocked."""
     from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL, signal.SIGINT})
+    entering()
     ctypes.PyDLL(None).sleep(3600)
 
 
-def hold_the_gil_in_native_code() -> None:
+def hold_the_gil_in_native_code(entering: Callable[[], None]) -> None:
     """Hold the GIL in native code that does not return to Python when the guard's
     notice comes, as a C++ call that retries on EINTR does (MLX's init): with the
-    notice blocked in this thread, nothing Python runs in the process until it ends."""
+    notice blocked in this thread, nothing Python runs in the process until it ends.
+    `entering` is told first."""
     from exo_orphan_guard.watch.clean_ending import NOTICE_SIGNAL
 
     signal.pthread_sigmask(signal.SIG_BLOCK, {NOTICE_SIGNAL})
+    entering()
     ctypes.PyDLL(None).sleep(3600)

@@ -35,6 +35,9 @@ from ..system.identity import ProcessIdentity, identity_of
 from .json_lines import JsonLines
 from .notes import RunnerNotes
 from .scenarios import alive, kill_started, wait_gone
+from .stand_in_exo import as_exo_main
+
+as_exo_main(__name__)  # in its ranks too, which re-run this module
 
 if TYPE_CHECKING:
     from loguru import Message

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -30,8 +31,18 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import ending_hazards, exo_runner, native_calls, notice_blockers, runner_threads
+from . import (
+    ending_hazards,
+    exo_runner,
+    native_calls,
+    notice_blockers,
+    runner_guards,
+    runner_threads,
+    stand_in_exo,
+)
 from .notes import RunnerNotes
+
+stand_in_exo.as_exo_main(__name__)  # in its runners too, which re-run this module
 
 RunnerKind = Literal[
     "idle",
@@ -117,7 +128,6 @@ SpawnFrom = Literal["main", "thread"]
 WorkerEnd: TypeAlias = (
     "DupFd | multiprocessing.queues.Queue[bytes] | Logger | tuple[object, object, object] | None"
 )
-PR2205_POLL_SECONDS = 5.0
 _READY_TIMEOUT_SECONDS = 30.0
 
 
@@ -186,7 +196,7 @@ def runner_main(
         os.register_at_fork(after_in_child=lambda: time.sleep(float(slow_fork)))
     if kind in ("masked", "maskedsleep"):
         notice_blockers.block_the_notice()
-    _start_watch(watch, worker_end)
+    runner_guards.start_watch(watch, worker_end)
     try:
         if kind in ("dumps", "dumpsread", "dumpslow"):  # before the report: it is killed then
             notice_blockers.dump_stacks_on_the_notice(go_file if kind == "dumpslow" else None)
@@ -222,10 +232,11 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
         return
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    entering = functools.partial(native_calls.entering_native_code, go_file)
     if kind in ("gil", "deaf", "faulty"):
-        native_calls.hold_the_gil_in_native_code()
+        native_calls.hold_the_gil_in_native_code(entering)
     if kind == "wedged":
-        native_calls.wedge_in_native_code()
+        native_calls.wedge_in_native_code(entering)
     if kind == "threads":
         runner_threads.wait_for_a_task_among_threads(note)
     if kind == "mlxbusy":
@@ -282,30 +293,6 @@ def _report(connection: multiprocessing.connection.Connection, report: RunnerRep
     """Like exo's runners, live on when the worker is gone: an orphan, not a crash."""
     with contextlib.suppress(OSError):
         connection.send(report)
-
-
-def _start_watch(watch: Watch, worker_end: WorkerEnd) -> None:
-    match watch:
-        case "exo":
-            assert isinstance(worker_end, tuple)
-            exo_runner.guard(worker_end[0], worker_end[1])
-        case "guard":
-            from exo_orphan_guard import guard_runner
-
-            guard_runner(runner_id=f"scenario-{os.getpid()}", instance_id="scenario")
-        case "pr2205":
-            threading.Thread(target=_pr2205_poll, daemon=True).start()
-        case "none":
-            pass
-
-
-def _pr2205_poll() -> None:
-    """exo PR 2205's proposal: poll getppid() every 5 s, exit when it changes."""
-    original = os.getppid()
-    while True:
-        time.sleep(PR2205_POLL_SECONDS)
-        if os.getppid() != original:
-            os._exit(1)
 
 
 def run_worker(spec: WorkerSpec) -> None:

@@ -28,6 +28,7 @@ from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from ..system.process_facts import Pid
 from .json_lines import JsonLines
+from .native_calls import in_native_code_path
 from .scenario_worker import RunnerKind, SpawnFrom, Watch, WorkerReport, WorkerSpec
 
 _START_TIMEOUT_SECONDS = 60.0
@@ -155,15 +156,37 @@ def finish_shutdown(worker: StartedWorker) -> None:
     Path(f"{worker.go_file}.finish").touch()
 
 
+_NATIVE_KINDS = ("gil", "deaf", "faulty", "wedged")
+
+
+def wait_in_native_code(worker: StartedWorker, timeout: float = _START_TIMEOUT_SECONDS) -> None:
+    """Until each of `worker`'s runners in native code is inside its call: it made its
+    mark just before, and a moment (`GIL_SETTLE_SECONDS`) takes it in."""
+    marks = [
+        Path(in_native_code_path(str(worker.go_file), runner.identity.pid))
+        for runner in worker.runners
+        if runner.kind in _NATIVE_KINDS
+    ]
+    if not marks:
+        return
+    deadline = time.monotonic() + timeout
+    while not all(mark.exists() for mark in marks):
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"a runner did not enter its native call within {timeout:g} s")
+        time.sleep(0.01)
+    time.sleep(GIL_SETTLE_SECONDS)
+
+
 def kill_worker(worker: StartedWorker, *, settle: bool = True, reap_after: float = 0.0) -> float:
     """SIGKILL the worker's pid alone (never its group: runners share it) and reap it,
     at once or, like a busy parent, `reap_after` seconds later (in a thread).
 
     Returns the monotonic time just before the kill. `late` runners are let go after.
-    A `gil` runner is given time to be inside its GIL-holding call first.
+    With `settle`, a runner in native code (`gil`, `deaf`, `faulty`, `wedged`) is inside
+    its call first (`wait_in_native_code`).
     """
-    if settle and any(runner.kind in ("gil", "deaf", "wedged") for runner in worker.runners):
-        time.sleep(GIL_SETTLE_SECONDS)
+    if settle:
+        wait_in_native_code(worker)
     killed_at = time.monotonic()
     os.kill(worker.pid, signal.SIGKILL)
     if reap_after > 0:

@@ -16,7 +16,8 @@ left alone first because it is ending by itself. On its own clock, each target:
 4. is waited for until it and its family are gone or the step's seconds are out;
 5. gets SIGKILL with its family, proven again first (and frozen while they are read,
    with a journal: an orphan still starting up may be forking);
-6. is waited for `kill_wait` more, then reported: gone, or stuck in the kernel.
+6. is waited for `kill_wait` more (longer while what is left is still on its way
+   out, not stuck in the kernel), then reported: gone, or stuck in the kernel.
 
 What to do next for a target is `advance`, a pure function of where its ending stands
 and what was seen; `end` only reads the process table and sends the signals.
@@ -28,7 +29,7 @@ import dataclasses
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
@@ -36,9 +37,9 @@ from .. import system
 from ..records.endings import How
 from ..records.freeze_journal import FreezeJournal
 from ..system import signalling
-from ..system.identity import ProcessIdentity, identity_of, liveness
+from ..system.identity import ProcessIdentity, liveness
 from ..system.process_facts import Pid
-from .process_table import is_guard_command
+from .family import Family, Freezer, prove
 
 Renewal = Callable[[ProcessIdentity], float | None]
 """A later deadline for a target left alone whose deadline is out, or None."""
@@ -48,6 +49,10 @@ REBOOT_ADVICE: Final = (
     "it survived SIGKILL, stuck in the kernel; only a reboot frees its memory and RDMA resources"
 )
 _STEP_SECONDS: Final = 0.01
+EXIT_SETTLE_SECONDS: Final = 30.0
+"""How much longer than `kill_wait` a SIGKILLed process that is not stuck in the kernel
+is waited for: on a loaded machine, tearing a large process down took over 2 s (seen
+at load 37 on 2 cores), and "only a reboot frees it" would be a false alarm."""
 
 
 @final
@@ -135,11 +140,14 @@ def advance(
     kill_wait: float,
     renewed: float | None = None,
     stopping: bool = False,
+    exiting: bool = False,
 ) -> tuple[Progress, Move]:
     """The next step of one target's ending. `gone`: the target (and, once signalled,
     its family) is gone; `renewed`: a later deadline for one left alone whose deadline
     is out; `stopping`: the caller stops waiting for those left alone (they are left
-    untouched), while endings already under way go on."""
+    untouched), while endings already under way go on; `exiting`: what SIGKILL has not
+    ended yet is on its way out, none of it stuck in the kernel (D, U), so it is waited
+    for `EXIT_SETTLE_SECONDS` more before it is reported unkillable."""
     match progress.phase:
         case "left_alone":
             if gone:
@@ -158,7 +166,8 @@ def advance(
                 return Progress("killed", now + kill_wait), "kill"
             return progress, ("wait" if progress.delivered else "first_signal")
         case "killed":
-            if gone or now >= progress.until:
+            late = now >= progress.until + (EXIT_SETTLE_SECONDS if exiting else 0.0)
+            if gone or late:
                 return Progress("done", now), "done"
             return progress, "wait"
         case "done" | "left":
@@ -172,43 +181,6 @@ def _first_step(target: Target, now: float) -> tuple[Progress, Move]:
 
 
 # The acting half.
-
-
-@final
-class _Family:
-    """A target and every descendant proven so far that it may signal."""
-
-    def __init__(self, target: ProcessIdentity) -> None:
-        self.target = target
-        self.members: list[ProcessIdentity] = [target]
-        self.sent: list[str] = []
-        self.announced = False
-        uid = system.effective_uid(target.pid)
-        # Read by pid: it is the target's only if the target still holds that pid.
-        self.uid = uid if liveness(target) == "alive" else None
-
-    def gone(self) -> bool:
-        return all(liveness(member) == "gone" for member in self.members)
-
-
-@final
-class _Freezer:
-    """Stops members, each written to the journal first; none without a journal."""
-
-    def __init__(self, journal: FreezeJournal | None) -> None:
-        self._journal = journal
-        self._stopped: list[ProcessIdentity] = []
-
-    def stop(self, member: ProcessIdentity) -> None:
-        if self._journal is None or member in self._stopped or not self._journal.add(member):
-            return
-        self._stopped.append(member)  # before the signal: whatever interrupts it, undo it
-        signalling.send(member, signal.SIGSTOP)
-
-    def release(self) -> None:
-        """Continue whatever is stopped and still there, however `end` ended."""
-        for member in self._stopped:
-            signalling.send(member, signal.SIGCONT)
 
 
 def end(
@@ -228,10 +200,10 @@ def end(
     what was signalled goes on to its end. `on_signal`: told each target about to get
     its first signal, with the deadline (`time.monotonic()`) of its SIGKILL."""
     stop = stop or threading.Event()
-    families = {target.identity: _Family(target.identity) for target in targets}
+    families = {target.identity: Family(target.identity) for target in targets}
     # No target is ever taken for another one's descendant.
     claimed = {*protected, *(target.identity.pid for target in targets)}
-    freezer = _Freezer(journal)
+    freezer = Freezer(journal)
     now = time.monotonic()
     progress: dict[ProcessIdentity, Progress] = {}
     moves: dict[ProcessIdentity, Move] = {}
@@ -265,6 +237,7 @@ def end(
                 gone = (
                     liveness(key) == "gone" if state.phase == "left_alone" else families[key].gone()
                 )
+                exiting = state.phase == "killed" and now >= state.until and families[key].exiting()
                 progress[key], moves[key] = advance(
                     target,
                     state,
@@ -273,6 +246,7 @@ def end(
                     kill_wait=kill_wait,
                     renewed=renewed,
                     stopping=stopping,
+                    exiting=exiting,
                 )
     finally:
         freezer.release()
@@ -287,9 +261,9 @@ def _act(
     target: Target,
     progress: Progress,
     move: Move,
-    family: _Family,
+    family: Family,
     claimed: set[int],
-    freezer: _Freezer,
+    freezer: Freezer,
     on_signal: Callable[[Target, float], None] | None,
 ) -> Progress:
     """Carry out `move`; the progress, with whether the first signal got through."""
@@ -298,12 +272,12 @@ def _act(
             if on_signal is not None and not family.announced:
                 family.announced = True
                 on_signal(target, progress.until)
-            _prove([family], claimed, _Freezer(None))
+            prove([family], claimed, Freezer(None))
             delivered = _first_signal(family, target.first.signal)
             return dataclasses.replace(progress, delivered=delivered)
         case "kill":
             # Read again, frozen (journaled): an orphan still starting up may have forked.
-            _prove([family], claimed, freezer)
+            prove([family], claimed, freezer)
             for member in family.members:
                 if signalling.send(member, signal.SIGKILL) == "sent" and member == family.target:
                     family.sent.append("SIGKILL")
@@ -312,7 +286,7 @@ def _act(
             return progress
 
 
-def _first_signal(family: _Family, name: FirstSignal) -> bool:
+def _first_signal(family: Family, name: FirstSignal) -> bool:
     """The first signal to each member; whether the target's got through (or never
     can: it is gone, or refused), so that it is not sent again."""
     number = signal.SIGINT if name == "SIGINT" else signal.SIGTERM
@@ -330,61 +304,7 @@ def _first_signal(family: _Family, name: FirstSignal) -> bool:
     return through
 
 
-def preview(
-    targets: Sequence[ProcessIdentity], protected: Collection[int]
-) -> dict[Pid, tuple[Pid, ...]]:
-    """What `end` would signal besides each target (its descendants), signalling
-    nothing: what `scan` and `--dry-run` list."""
-    families = [_Family(target) for target in targets]
-    _prove(families, {target.pid for target in targets} | set(protected), _Freezer(None))
-    return {
-        family.target.pid: tuple(member.pid for member in family.members[1:]) for family in families
-    }
-
-
-def _prove(families: Iterable[_Family], claimed: set[int], freezer: _Freezer) -> None:
-    """Stop every member (if journaled), then take each child of a live member that
-    is proven its child, of the target's user and not another exo-orphan-guard
-    process, until none is added."""
-    families = list(families)
-    while True:
-        grew = False
-        for family in families:
-            for member in list(family.members):
-                freezer.stop(member)
-                for child in _proven_children(member, claimed, family.uid):
-                    claimed.add(child.pid)
-                    family.members.append(child)
-                    grew = True
-        if not grew:
-            return
-
-
-def _proven_children(
-    member: ProcessIdentity, claimed: Collection[int], uid: int | None
-) -> list[ProcessIdentity]:
-    """`member`'s children now: each identified, its parent read after its identity
-    and found to be `member`'s pid, `member` still alive after that (so the pid was
-    still its own)."""
-    if uid is None or liveness(member) != "alive":
-        return []
-    proven: list[ProcessIdentity] = []
-    for pid in system.child_pids(member.pid):
-        if pid in claimed or not _may_signal(pid, uid):
-            continue
-        child = identity_of(pid)
-        if child is None:
-            continue
-        try:
-            parent = system.parent_pid(pid)
-        except PermissionError:
-            continue
-        if parent == member.pid and liveness(member) == "alive":
-            proven.append(child)
-    return proven
-
-
-def _result(family: _Family) -> KillResult:
+def _result(family: Family) -> KillResult:
     left = tuple(member.pid for member in family.members if liveness(member) != "gone")
     outcome: Outcome = "unkillable" if left else "killed" if family.sent else "exited"
     stuck = next((state for pid in left if (state := system.stuck_state(pid)) is not None), None)
@@ -396,8 +316,3 @@ def _result(family: _Family) -> KillResult:
         stuck_state=stuck,
         left=left,
     )
-
-
-def _may_signal(pid: int, uid: int) -> bool:
-    found = system.owner_and_argv(pid)
-    return found is not None and found[0] == uid and not is_guard_command(found[1])

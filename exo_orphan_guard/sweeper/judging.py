@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Collection
 
+from ..records import sightings
 from ..records.registry import LoadedRecord, Registry
 from ..system.identity import liveness
 from . import process_table
@@ -42,7 +43,7 @@ def judge(
 ) -> tuple[ProcessTable, tuple[Verdict, ...]]:
     """Read the records (their problems into `warnings`), snapshot what they and
     `options` call for (`candidates`: see `process_table.gather`), and judge each
-    process (`verdicts.decide`)."""
+    process (`verdicts.decide`) by them and by what the guardian saw (`sightings`)."""
     records: list[LoadedRecord] = []
     if registry is not None:
         records, problems = registry.load()
@@ -68,4 +69,5 @@ def judge(
         groups=groups,
         candidates=candidates,
     )
-    return table, decide(table, records, options)
+    seen = {} if registry is None else sightings.read(registry.path, table.boot_id)
+    return table, decide(table, records, options, seen)

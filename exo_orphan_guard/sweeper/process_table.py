@@ -14,7 +14,7 @@ import os
 import re
 import signal
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, final
 
@@ -66,7 +66,6 @@ class ProcessInfo:
     status: str
     rss: int | None
     create_time: float
-    runs_exo: bool
     pgid: int | None = None
     pipes: frozenset[int] | None = None
     """Pipe inodes it holds, read for spawn children and their parents; None: unknown."""
@@ -83,6 +82,14 @@ class ProcessInfo:
     ignores_sigint: bool | None = None
     """Read for exo's spawn children (Linux only; None: unknown): a runner of an exo
     started in the background from a script inherits SIGINT ignored."""
+    exo_evidence: str | None = None
+    """What shows that it runs exo (`exo_detect`), in words; None: nothing does, or it
+    was not looked for. Read for spawn children whose parent shows none, and for the
+    live parents of spawn children."""
+    in_exo_environment: bool = False
+    """Read for spawn children: its interpreter's environment has exo installed (or
+    its binary is named `exo`). Resemblance, not evidence: such an orphan is listed as
+    not known to be exo, never ended without `--match`."""
 
     @property
     def identity(self) -> ProcessIdentity:
@@ -99,6 +106,10 @@ class ProcessInfo:
     @property
     def is_guard(self) -> bool:
         return is_guard_command(self.argv)
+
+    @property
+    def runs_exo(self) -> bool:
+        return self.exo_evidence is not None
 
     def age_seconds(self, now: float) -> float:
         return max(0.0, now - self.create_time)
@@ -178,21 +189,64 @@ def gather(
 
 
 def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
-    """Look on disk only where the fingerprint rule needs it: spawn children."""
+    """What shows exo, where the rules need it: in each live parent of a spawn child
+    (exo's main process shows it however it was started), then in each spawn child
+    whose parent shows none (an orphan, or one adopted by a subreaper or an init).
+    What is cheap is asked first, the mapped files (the costliest read) last."""
     exo = ExoExecutables()
-    for info in list(processes.values()):
-        if info.is_spawn_child and exo.recognises(info.argv, info.exe):
-            ignores = system.ignores_signal(info.pid, signal.SIGINT)
-            processes[info.pid] = dataclasses.replace(info, runs_exo=True, ignores_sigint=ignores)
+    children = [info for info in processes.values() if info.is_spawn_child and not info.exited]
+    parents: dict[Pid, str | None] = {}
+    for child in children:
+        parent = processes.get(Pid(child.ppid))
+        if parent is None or parent.pid in parents or not _may_be_spawner(parent):
+            continue
+        parents[parent.pid] = exo.evidence(
+            parent.argv, parent.exe, _mapped(parent.pid), alive_parent=True
+        )
+    for pid, found in parents.items():
+        processes[pid] = dataclasses.replace(processes[pid], exo_evidence=found)
+    for child in children:
+        exo_parent = parents.get(Pid(child.ppid)) is not None
+        orphaned = Pid(child.ppid) not in parents
+        found = (
+            None
+            if exo_parent or child.vanished
+            else exo.evidence(child.argv, child.exe, _mapped(child.pid), alive_parent=False)
+        )
+        environment = exo.in_environment(child.argv, child.exe)
+        ignores = (
+            system.ignores_signal(child.pid, signal.SIGINT)
+            if found or orphaned or environment
+            else None
+        )
+        current = processes[child.pid]  # its own evidence, if it is a parent too
+        processes[child.pid] = dataclasses.replace(
+            current,
+            exo_evidence=found or current.exo_evidence,
+            in_exo_environment=environment,
+            ignores_sigint=ignores,
+        )
+
+
+def _may_be_spawner(info: ProcessInfo) -> bool:
+    return info.pid > 1 and not info.exited and not info.vanished
+
+
+def _mapped(pid: int) -> Callable[[], frozenset[str] | None]:
+    return lambda: system.mapped_files(pid)
 
 
 def _read_spawn_pipes(processes: dict[Pid, ProcessInfo]) -> None:
-    """Pipes of exo's spawn children with a live parent, and of that parent."""
+    """Pipes of spawn children that show exo themselves (or run from its environment)
+    and have a live parent that does not, and of that parent: whether it spawned them
+    or only adopted them."""
     if not system.pipes_visible():
         return
     for info in list(processes.values()):
         parent = processes.get(Pid(info.ppid))
-        if not info.runs_exo or parent is None or parent.exited:
+        if not (info.runs_exo or info.in_exo_environment) or info.exited:
+            continue
+        if parent is None or parent.exited or parent.runs_exo:
             continue
         for pid in (info.pid, parent.pid):
             process = processes[pid]
@@ -211,16 +265,19 @@ def _read_runner_markers(processes: dict[Pid, ProcessInfo], groups: Collection[i
         processes[info.pid] = dataclasses.replace(info, runner_marker=marker, marker_readable=True)
 
 
+def is_spawn_candidate(raw: bytes) -> bool:
+    """Whether the fingerprint rule's pass over every command line picks this one (raw,
+    as `system.iter_command_lines` yields it): a spawn child's, or one that vanished."""
+    return not raw or _SPAWN_CHILD_WORD in raw.rstrip(b"\0").split(b"\0")
+
+
 def _scan_command_lines(fingerprint: bool, match: re.Pattern[str] | None) -> list[int]:
     found: list[int] = []
     for pid, raw in system.iter_command_lines():
-        if not raw:
-            found.append(pid)  # listed, its command line vanished: it may be a runner
-            continue
-        words = raw.rstrip(b"\0").split(b"\0")
-        if fingerprint and _SPAWN_CHILD_WORD in words:
-            found.append(pid)
+        if not raw or (fingerprint and is_spawn_candidate(raw)):
+            found.append(pid)  # an empty one vanished while listed: it may be a runner
         elif match is not None:
+            words = raw.rstrip(b"\0").split(b"\0")
             line = " ".join(word.decode(errors="replace") for word in words)
             if match.search(line):
                 found.append(pid)
@@ -270,7 +327,6 @@ def _describe(pid: int) -> ProcessInfo | Literal["gone", "unreadable"]:
         status=status,
         rss=details.rss if known else None,
         create_time=details.create_time,
-        runs_exo=False,
         pgid=details.pgid if known else None,
         memory=system.memory_usage(pid) if known else None,
         vanished=vanished,

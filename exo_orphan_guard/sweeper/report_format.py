@@ -31,7 +31,12 @@ def to_json(report: SweepReport, command: str) -> str:
         "suspects": [_suspect(verdict, now, report) for verdict in report.targets],
         "results": [_result(result) for result in report.results],
         "spared": [
-            {"pid": verdict.pid, "reason": verdict.reason, "argv": _argv(verdict.process)}
+            {
+                "pid": verdict.pid,
+                "reason": verdict.reason,
+                "argv": _argv(verdict.process),
+                "not_known_exo": verdict.not_known_exo,
+            }
             for verdict in report.verdicts
             if verdict.action == "spare"
         ],
@@ -79,9 +84,12 @@ def to_table(report: SweepReport, *, show_spared: bool = False) -> str:
         lines.append(
             f"EXITING {verdict.pid} ({_who(verdict) or 'command line gone'}): {verdict.reason}"
         )
+    unknown = [verdict for verdict in report.verdicts if verdict.not_known_exo]
+    for verdict in unknown:
+        lines.append(f"NOT KNOWN {verdict.pid} ({_who(verdict)}): {verdict.reason}")
     if show_spared:
         for verdict in report.verdicts:
-            if verdict.action != "kill" and verdict not in exiting:
+            if verdict.action != "kill" and verdict not in exiting and verdict not in unknown:
                 lines.append(f"{verdict.action}: {verdict.pid}: {verdict.reason}")
     lines.append(report.summary())
     return "\n".join(lines)

@@ -26,7 +26,7 @@ from ..records.registry import LockUnavailableError, Registry
 from ..system import settings
 from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import Pid
-from . import engine
+from . import engine, family
 from .engine import KillResult
 from .judging import judge, sweep_options
 from .sweep_endings import Bounds, Ledger, plan
@@ -159,7 +159,7 @@ def _sweep_directory(asked: _Sweep, path: Path, warnings: list[str], started: fl
             _Outcome(
                 verdicts,
                 (),
-                would_signal=engine.preview(targets, table.protected),
+                would_signal=family.preview(targets, table.protected),
                 target_endings={t: latest[t] for t in targets if t in latest},
             )
         )

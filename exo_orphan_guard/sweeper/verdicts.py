@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, final
 
+from ..records import sightings as seen
 from ..records.registry import LoadedRecord
+from ..records.sightings import Sightings
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
 from .process_table import ProcessInfo, ProcessTable
@@ -28,6 +30,10 @@ EXITING_REASON: Final = (
     "exiting or stuck in the kernel: listed, but its details vanished (ps: ?E), and no "
     "signal reaches it; if a later scan still lists it, only a reboot frees its memory"
 )
+NOT_KNOWN_EXO: Final = "orphaned, not known to be exo"
+"""The start of the reason given to a spawn child of a dead (or adopting) parent that
+runs from exo's environment but shows nothing of exo's and was never seen under a
+live exo: listed by `scan` and `doctor`, ended only by an explicit `--match`."""
 
 
 @final
@@ -55,11 +61,18 @@ class Verdict:
     labels: Mapping[str, str] = field(default_factory=dict[str, str])
     again: bool = False
     """Judge once more: what decides this changed while the snapshot was taken."""
+    not_known_exo: bool = False
+    """Spared as orphaned, not known to be exo (`NOT_KNOWN_EXO`): listed, never ended
+    without `--match`."""
 
 
 def decide(
-    table: ProcessTable, records: Iterable[LoadedRecord], options: SweepOptions
+    table: ProcessTable,
+    records: Iterable[LoadedRecord],
+    options: SweepOptions,
+    sightings: Sightings = seen.NONE,
 ) -> tuple[Verdict, ...]:
+    """`sightings`: the exo processes the guardian saw alive, with their runners."""
     verdicts: dict[Pid, Verdict] = {}
     forgotten: list[Verdict] = []
     for loaded in records:
@@ -74,7 +87,7 @@ def decide(
     for process in table.processes.values():
         if process.pid in verdicts:
             continue
-        verdict = _judge_unrecorded(table, process, options)
+        verdict = _judge_unrecorded(table, process, options, sightings)
         if verdict is not None:
             verdicts[process.pid] = verdict
     return (*verdicts.values(), *forgotten)
@@ -94,13 +107,11 @@ def _judge_record(table: ProcessTable, loaded: LoadedRecord, options: SweepOptio
         return verdict("spare", "cannot read the process now holding its pid")
     process = table.processes.get(record.pid)
     if process is None or process.exited:
-        if (
-            record.pgid == record.pid
-            and record.pgid not in table.scanned_groups
-            and not _maybe_alive(table, record.worker)
-        ):
+        if record.pgid == record.pid and record.pgid not in table.scanned_groups:
             # It died after the sweep chose which groups to read: keep the record
-            # until a pass has judged what it left in its group.
+            # until a pass has judged what it left in its group. Whatever the snapshot
+            # says of its worker: read before the runner, a worker seen alive may have
+            # died since and taken the runner with it (PR_SET_PDEATHSIG).
             reason = "runner has exited; its group is judged on the next pass"
             return Verdict(record.pid, "spare", reason, None, None, loaded, labels, again=True)
         return verdict("forget", "runner has exited")
@@ -188,11 +199,11 @@ def _maybe_alive(table: ProcessTable, identity: ProcessIdentity) -> bool:
 
 
 def _judge_unrecorded(
-    table: ProcessTable, process: ProcessInfo, options: SweepOptions
+    table: ProcessTable, process: ProcessInfo, options: SweepOptions, sightings: Sightings
 ) -> Verdict | None:
     matched = _matches(options, process)
-    runner_like = options.fingerprint and process.is_spawn_child and process.runs_exo
-    if not (matched or runner_like or process.vanished) or process.exited:
+    spawned = options.fingerprint and process.is_spawn_child
+    if not (matched or spawned or process.vanished) or process.exited:
         return None
 
     def verdict(action: Action, reason: str, rule: Rule | None = None) -> Verdict:
@@ -214,20 +225,54 @@ def _judge_unrecorded(
         return verdict("spare", f"in the process group of live runner {runner.pid}, a fork of it")
     parent = table.processes.get(Pid(process.ppid))
     parent_alive = parent is not None and not parent.exited
-    if runner_like:
-        if parent is None or not parent_alive:
-            return verdict("kill", "exo spawn child whose parent is gone", "fingerprint")
-        adopted = _adopted_by(table, process, parent)
-        if adopted is None:
-            return verdict("spare", f"its parent {parent.pid} is alive and may be its spawner")
-        return verdict("kill", f"exo spawn child adopted by {parent.pid}: {adopted}", "fingerprint")
-    if options.any_parent:
-        return verdict("kill", "command line matches --match (--any-parent)", "match-any-parent")
-    if process.ppid <= 1 or not parent_alive:
-        return verdict("kill", "command line matches --match and it was reparented", "match")
-    return verdict(
-        "spare", f"matches --match but its parent {process.ppid} is alive (see --any-parent)"
+    if spawned:
+        judged = _judge_spawn_child(table, process, parent, sightings)
+        if judged is not None:
+            action, reason = judged
+            return verdict(action, reason, "fingerprint")
+    if matched:
+        if options.any_parent:
+            reason = "command line matches --match (--any-parent)"
+            return verdict("kill", reason, "match-any-parent")
+        if process.ppid <= 1 or not parent_alive:
+            return verdict("kill", "command line matches --match and it was reparented", "match")
+        return verdict(
+            "spare", f"matches --match but its parent {process.ppid} is alive (see --any-parent)"
+        )
+    if not process.in_exo_environment:
+        return None
+    if parent is not None and parent_alive and _adopted_by(table, process, parent) is None:
+        return verdict("spare", f"its parent {parent.pid} is alive and may be its spawner")
+    reason = (
+        f"{NOT_KNOWN_EXO}: a spawn child from exo's environment whose spawner is gone, but "
+        "nothing shows it runs exo (end it with sweep --match)"
     )
+    return Verdict(process.pid, "spare", reason, None, process, not_known_exo=True)
+
+
+def _judge_spawn_child(
+    table: ProcessTable, process: ProcessInfo, parent: ProcessInfo | None, sightings: Sightings
+) -> tuple[Action, str] | None:
+    """What the evidence says of a spawn child: a runner of exo seen by the guardian
+    under an exo now gone, or showing exo itself with its spawner gone (kill); a runner
+    of a live exo, or one whose live parent may be its spawner (spare); or nothing
+    (None): no evidence names it exo's."""
+    exo = seen.seen_under(sightings, process.identity)
+    if exo is not None:
+        if _maybe_alive(table, exo):
+            return "spare", f"runner of exo {exo.pid}, which is alive"
+        return "kill", f"runner of exo {exo.pid} (seen alive by the guardian), which is gone"
+    parent_alive = parent is not None and not parent.exited
+    if parent is not None and parent_alive and parent.runs_exo:
+        return "spare", f"runner of exo {parent.pid}, which is alive ({parent.exo_evidence})"
+    if not process.runs_exo:
+        return None
+    if parent is None or not parent_alive:
+        return "kill", f"exo runner ({process.exo_evidence}) whose parent is gone"
+    adopted = _adopted_by(table, process, parent)
+    if adopted is None:
+        return "spare", f"its parent {parent.pid} is alive and may be its spawner"
+    return "kill", f"exo runner ({process.exo_evidence}) adopted by {parent.pid}: {adopted}"
 
 
 def _matches(options: SweepOptions, process: ProcessInfo) -> bool:
@@ -258,10 +303,11 @@ def _adopted_by(table: ProcessTable, child: ProcessInfo, parent: ProcessInfo) ->
     if parent.argv == child.argv:
         return None  # a fork of its live parent (a runner's watchdog, say): not adopted
     if table.pipes_visible and child.pipes is not None and parent.pipes is not None:
-        if child.pipes & parent.pipes:
-            return None
-        return "it holds none of the child's pipes, so it did not spawn it (a subreaper)"
-    if not table.pipes_visible and parent.pid != 1:
+        if not child.pipes & parent.pipes:
+            return "it holds none of the child's pipes, so it did not spawn it (a subreaper)"
+        # A shared pipe alone proves nothing: an init (or any process) holds the stdout
+        # its children inherited, and an orphan of v1.0.71 inherited exo's.
+    elif not table.pipes_visible and parent.pid != 1:
         return None  # no subreapers outside Linux: a live parent other than init spawned it
     if _could_spawn(parent, child):
         return None

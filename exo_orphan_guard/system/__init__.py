@@ -30,7 +30,15 @@ import functools
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar, cast
 
-from .process_facts import MemoryUsage, Pid, ProcessDetails, ProcessStart, WiredMemory
+from .process_facts import (
+    CreationMark,
+    MemoryUsage,
+    Pid,
+    ProcessDetails,
+    ProcessStart,
+    Stamp,
+    WiredMemory,
+)
 
 BackendName = Literal["linux", "portable"]
 if TYPE_CHECKING:
@@ -136,6 +144,14 @@ def stuck_state(pid: int) -> str | None:
 
 
 @_backed
+def is_exiting(pid: int) -> bool | None:
+    """Whether the process is on its way out: on Linux a SIGKILL pending, on macOS `E`
+    among `ps`'s flags without `U`. Tearing a process down can take seconds on a loaded
+    machine. None: cannot tell here."""
+    raise NotImplementedError
+
+
+@_backed
 def ignores_signal(pid: int, signal_number: int) -> bool | None:
     """Whether the process ignores the signal (SIG_IGN), as a runner of an exo started
     in the background from a script ignores SIGINT; None where it cannot be read
@@ -164,6 +180,14 @@ def pipes_visible() -> bool:
 @_backed
 def pipe_inodes(pid: int) -> frozenset[int] | None:
     """The pipes `pid` holds open, by inode."""
+    raise NotImplementedError
+
+
+@_backed
+def mapped_files(pid: int) -> frozenset[str] | None:
+    """The files `pid` has mapped (its executable, the shared libraries and extension
+    modules it loaded), by path; None where they cannot be read (gone, another user's,
+    or an OS that does not say)."""
     raise NotImplementedError
 
 
@@ -198,6 +222,34 @@ def group_members(groups: Collection[int]) -> list[Pid]:
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
     """Every process's raw NUL-separated argv; empty for a listed process whose command
     line vanished (it may be a runner on its way out); kernel threads skipped."""
+    raise NotImplementedError
+
+
+@_backed
+def command_line(pid: int) -> bytes | None:
+    """What `iter_command_lines` yields for `pid`, read alone: its raw argv, empty for
+    a listed process whose command line vanished; None where it yields nothing (gone,
+    a kernel thread, a zombie, unreadable)."""
+    raise NotImplementedError
+
+
+@_backed
+def list_processes() -> dict[Pid, Stamp | None]:
+    """Every process (never a thread), each with a stamp that changes when its pid
+    changes hands; None where the listing cannot tell (psutil's)."""
+    raise NotImplementedError
+
+
+@_backed
+def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
+    """Those of `pids` that are processes (not threads), stamped as `list_processes`
+    stamps them: a listing of a few pids."""
+    raise NotImplementedError
+
+
+@_backed
+def creation_mark() -> CreationMark | None:
+    """Where the pid allocator stands (Linux); None where it cannot be read."""
     raise NotImplementedError
 
 

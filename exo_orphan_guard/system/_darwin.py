@@ -9,6 +9,9 @@ each OS call in a few lines whose library tests inject.
 from __future__ import annotations
 
 import ctypes
+import errno
+import os
+import struct
 import subprocess
 import uuid
 from collections.abc import Callable
@@ -18,10 +21,21 @@ from typing import Final, Protocol, cast
 import psutil
 
 from ._posix import boot_id as posix_boot_id
+from ._posix import list_processes as posix_list_processes
 from ._posix import memory_usage as posix_memory_usage
-from .process_facts import MemoryUsage, WiredMemory
+from ._posix import read_start as posix_read_start
+from .once import warn_once
+from .process_facts import MemoryUsage, Pid, Stamp, WiredMemory
 
 _RUSAGE_INFO_V0: Final = 0
+_PROC_PIDREGIONPATHINFO2: Final = 22
+"""`proc_info_private.h`: the first region at or after the address that maps a file
+(anonymous memory skipped), with its path; what libproc's own `proc_regionfilename`
+asks for. EINVAL once no such region is left."""
+_MAXPATHLEN: Final = 1024
+_MAX_REGIONS: Final = 1 << 17
+"""A bound on the walk, far above the few thousand file-backed regions of a Python
+process with MLX loaded: a map that kept changing under the walk cannot loop it."""
 _HOST_UUID_WAIT_SECONDS: Final = 5
 """gethostuuid(3) waits for IOKit to publish IOPlatformUUID (long done after boot); a
 zero timeout would mean waiting forever."""
@@ -29,6 +43,17 @@ zero timeout would mean waiting forever."""
 
 class DarwinLibc(Protocol):
     """The libSystem calls used here (tests pass a fake)."""
+
+    def sysctl(
+        self,
+        name: ctypes.Array[ctypes.c_int],
+        name_length: int,
+        old: ctypes.Array[ctypes.c_char] | None,
+        old_size: object,
+        new: None,
+        new_size: int,
+        /,
+    ) -> int: ...
 
     def sysctlbyname(
         self,
@@ -43,6 +68,10 @@ class DarwinLibc(Protocol):
     def proc_pid_rusage(self, pid: int, flavor: int, buffer: object, /) -> int: ...
 
     def gethostuuid(self, uuid: object, wait: object, /) -> int: ...
+
+    def proc_pidinfo(
+        self, pid: int, flavor: int, arg: int, buffer: object, size: int, /
+    ) -> int: ...
 
 
 class Timespec(ctypes.Structure):
@@ -70,6 +99,181 @@ class RusageInfoV0(ctypes.Structure):
         ("ri_proc_start_abstime", ctypes.c_uint64),
         ("ri_proc_exit_abstime", ctypes.c_uint64),
     )
+
+
+_REGION_COUNTERS: Final = (
+    "pri_behavior",
+    "pri_user_wired_count",
+    "pri_user_tag",
+    "pri_pages_resident",
+    "pri_pages_shared_now_private",
+    "pri_pages_swapped_out",
+    "pri_pages_dirtied",
+    "pri_ref_count",
+    "pri_shadow_depth",
+    "pri_share_mode",
+    "pri_private_pages_resident",
+    "pri_shared_pages_resident",
+    "pri_obj_id",
+    "pri_depth",
+)
+
+
+class ProcRegionInfo(ctypes.Structure):
+    """`struct proc_regioninfo` from <sys/proc_info.h>."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("pri_protection", ctypes.c_uint32),
+        ("pri_max_protection", ctypes.c_uint32),
+        ("pri_inheritance", ctypes.c_uint32),
+        ("pri_flags", ctypes.c_uint32),
+        ("pri_offset", ctypes.c_uint64),
+        *((name, ctypes.c_uint32) for name in _REGION_COUNTERS),
+        ("pri_address", ctypes.c_uint64),
+        ("pri_size", ctypes.c_uint64),
+    )
+
+
+class VinfoStat(ctypes.Structure):
+    """`struct vinfo_stat`: stat64 with fixed-size fields."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("vst_dev", ctypes.c_uint32),
+        ("vst_mode", ctypes.c_uint16),
+        ("vst_nlink", ctypes.c_uint16),
+        ("vst_ino", ctypes.c_uint64),
+        ("vst_uid", ctypes.c_uint32),
+        ("vst_gid", ctypes.c_uint32),
+        ("vst_times", ctypes.c_int64 * 8),
+        ("vst_size", ctypes.c_int64),
+        ("vst_blocks", ctypes.c_int64),
+        ("vst_blksize", ctypes.c_int32),
+        ("vst_flags", ctypes.c_uint32),
+        ("vst_gen", ctypes.c_uint32),
+        ("vst_rdev", ctypes.c_uint32),
+        ("vst_qspare", ctypes.c_int64 * 2),
+    )
+
+
+class VnodeInfoPath(ctypes.Structure):
+    """`struct vnode_info_path`: `struct vnode_info` (the stat, the vnode type, a pad,
+    the fsid), then the path."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("vi_stat", VinfoStat),
+        ("vi_type", ctypes.c_int),
+        ("vi_pad", ctypes.c_int),
+        ("vi_fsid", ctypes.c_int32 * 2),
+        ("vip_path", ctypes.c_char * _MAXPATHLEN),
+    )
+
+
+class RegionWithPathInfo(ctypes.Structure):
+    """`struct proc_regionwithpathinfo`: what PROC_PIDREGIONPATHINFO2 fills."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("prp_prinfo", ProcRegionInfo),
+        ("prp_vip", VnodeInfoPath),
+    )
+
+
+def region_paths(pid: int, libc: DarwinLibc) -> frozenset[str] | None:
+    """The files `pid` maps, walked region by region as `lsof` and `vmmap` do (psutil
+    has no memory maps on macOS). Same-user processes only (`proc_pidinfo`'s
+    CHECK_SAME_USER): None for another user's, or a gone one."""
+    info = RegionWithPathInfo()
+    size = ctypes.sizeof(info)
+    paths: set[str] = set()
+    address = 0
+    for _ in range(_MAX_REGIONS):
+        written = libc.proc_pidinfo(
+            pid, _PROC_PIDREGIONPATHINFO2, address, ctypes.pointer(info), size
+        )
+        if written < size:
+            # EINVAL: no file-backed region at or after `address`, the walk's end.
+            return frozenset(paths) if ctypes.get_errno() == errno.EINVAL else None
+        region = info.prp_prinfo
+        if path := bytes(info.prp_vip.vip_path).split(b"\0", 1)[0]:
+            paths.add(path.decode(errors="replace"))
+        following = int(region.pri_address) + int(region.pri_size)
+        if following <= address:
+            break
+        address = following
+    return frozenset(paths)
+
+
+class ExternProcHead(ctypes.Structure):
+    """The first fields of `struct extern_proc` (<sys/proc.h>), which opens each
+    `struct kinfo_proc` of `sysctl(KERN_PROC_ALL)`: the start, then, past a few
+    others, the pid (offset 40 on LP64, as Go's x/sys/unix lays it out)."""
+
+    _fields_ = (  # pyright: ignore[reportUnannotatedClassAttribute]
+        ("p_starttime_sec", ctypes.c_int64),
+        ("p_starttime_usec", ctypes.c_int32),
+        ("p_vmspace", ctypes.c_void_p),
+        ("p_sigacts", ctypes.c_void_p),
+        ("p_flag", ctypes.c_int32),
+        ("p_stat", ctypes.c_char),
+        ("p_pid", ctypes.c_int32),
+    )
+
+
+KINFO_PROC_SIZE: Final = 648
+"""sizeof(struct kinfo_proc) on LP64 macOS (x/sys/unix's SizeofKinfoProc)."""
+_PID_OFFSET: Final[int] = ExternProcHead.p_pid.offset  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+KINFO_PROC_HEAD: Final = struct.Struct(
+    f"=qi{_PID_OFFSET - 12}xi{KINFO_PROC_SIZE - _PID_OFFSET - 4}x"
+)
+"""One kinfo_proc: start seconds, start microseconds, pid."""
+_KERN_PROC_ALL: Final = (1, 14, 0)
+"""CTL_KERN, KERN_PROC, KERN_PROC_ALL."""
+_TABLE_TRIES: Final = 4
+
+
+def parse_process_table(data: bytes) -> dict[Pid, Stamp] | None:
+    """Each pid of a `KERN_PROC_ALL` answer with its start in microseconds; None if
+    the answer is not whole kinfo_proc records."""
+    if not data or len(data) % KINFO_PROC_SIZE:
+        return None
+    return {
+        Pid(pid): seconds * 1_000_000 + microseconds
+        for seconds, microseconds, pid in KINFO_PROC_HEAD.iter_unpack(data)
+    }
+
+
+def process_table(libc: DarwinLibc) -> dict[Pid, Stamp] | None:
+    """One `sysctl(KERN_PROC_ALL)`, as `ps` reads the process table: its size first,
+    then the table, with room for processes started in between (ENOMEM: more than
+    that, so again)."""
+    name = (ctypes.c_int * 3)(*_KERN_PROC_ALL)
+    for _ in range(_TABLE_TRIES):
+        size = ctypes.c_size_t(0)
+        if libc.sysctl(name, 3, None, ctypes.pointer(size), None, 0) != 0:
+            return None
+        size.value += size.value // 8 + 16 * KINFO_PROC_SIZE
+        buffer = ctypes.create_string_buffer(size.value)
+        if libc.sysctl(name, 3, buffer, ctypes.pointer(size), None, 0) == 0:
+            return parse_process_table(buffer.raw[: size.value])
+        if ctypes.get_errno() != errno.ENOMEM:
+            return None
+    return None
+
+
+def list_processes(libc: DarwinLibc | None = None) -> dict[Pid, Stamp | None]:
+    """Stamped by start, read for every process in one call; psutil's listing (no
+    stamps) if the answer does not show this process with its own start, which a
+    layout other than the one above would not."""
+    found = process_table(libc or _libc())
+    me = os.getpid()
+    start = posix_read_start(me)
+    if (
+        found is None
+        or start is None
+        or abs(found.get(Pid(me), -1) / 1_000_000 - start.started) > 0.001
+    ):
+        warn_once("orphan guard: the process table (sysctl KERN_PROC_ALL) cannot be read here")
+        return posix_list_processes()
+    return dict(found)
 
 
 def sysctl_string(name: str, libc: DarwinLibc) -> str | None:
@@ -120,10 +324,27 @@ def _libc() -> DarwinLibc:
         ctypes.c_size_t,
     )
     libc.sysctlbyname.restype = ctypes.c_int
+    libc.sysctl.argtypes = (
+        ctypes.POINTER(ctypes.c_int),
+        ctypes.c_uint,
+        ctypes.c_void_p,
+        size_pointer,
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+    )
+    libc.sysctl.restype = ctypes.c_int
     libc.proc_pid_rusage.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
     libc.proc_pid_rusage.restype = ctypes.c_int
     libc.gethostuuid.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
     libc.gethostuuid.restype = ctypes.c_int
+    libc.proc_pidinfo.argtypes = (
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_uint64,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    )
+    libc.proc_pidinfo.restype = ctypes.c_int
     return cast(DarwinLibc, libc)
 
 
@@ -135,6 +356,10 @@ def boot_id() -> str:
 @cache
 def hardware_uuid() -> str | None:
     return host_uuid(_libc())
+
+
+def mapped_files(pid: int, libc: DarwinLibc | None = None) -> frozenset[str] | None:
+    return region_paths(pid, libc or _libc())
 
 
 def memory_usage(pid: int, libc: DarwinLibc | None = None) -> MemoryUsage | None:
@@ -160,6 +385,20 @@ def stuck_state_from_ps(stat_column: str) -> str | None:
 
 def stuck_state(pid: int, run_ps: Callable[[int], str] | None = None) -> str | None:
     return stuck_state_from_ps((run_ps or _ps_stat)(pid))
+
+
+def exiting_from_ps(stat_column: str) -> bool | None:
+    """Whether ps's STAT flags say the process is on its way out (`E`), and not stuck
+    there (`U`, or `?`: ps could not inspect it, as a rank stuck in a driver on its
+    way out shows); None when ps said nothing."""
+    flags = stat_column.strip()
+    if not flags:
+        return None
+    return "E" in flags and stuck_state_from_ps(flags) is None
+
+
+def is_exiting(pid: int, run_ps: Callable[[int], str] | None = None) -> bool | None:
+    return exiting_from_ps((run_ps or _ps_stat)(pid))
 
 
 def _ps_stat(pid: int) -> str:

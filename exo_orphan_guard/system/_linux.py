@@ -9,12 +9,13 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Final, final
 
-from .process_facts import Pid, ProcessStart
+from .process_facts import CreationMark, Pid, ProcessStart, Stamp
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG: Final = 1
@@ -118,6 +119,17 @@ def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
     return _signal_set_has(f"/proc/self/task/{thread}/status", b"SigBlk:", signal_number)
 
 
+def is_exiting(pid: int) -> bool | None:
+    """A SIGKILL pending: the process dies at its next step. On a loaded machine that
+    step can wait in D for seconds (tearing down its memory, waiting for a lock); one
+    that waits for good is told by staying so past the engine's longer wait."""
+    pending = [
+        _signal_set_has(f"/proc/{pid}/status", field, signal.SIGKILL)
+        for field in (b"SigPnd:", b"ShdPnd:")
+    ]
+    return None if None in pending else any(pending)
+
+
 def ignores_signal(pid: int, signal_number: int) -> bool | None:
     return _signal_set_has(f"/proc/{pid}/status", b"SigIgn:", signal_number)
 
@@ -201,6 +213,25 @@ def pipe_inodes(pid: int) -> frozenset[int] | None:
     return frozenset(inodes)
 
 
+def mapped_files(pid: int) -> frozenset[str] | None:
+    """The files named in /proc/<pid>/maps (reading it needs the access ptrace would:
+    another user's process answers None)."""
+    try:
+        data = _read_all(f"/proc/{pid}/maps")
+    except OSError:
+        return None
+    return frozenset(_mapped_paths(data))
+
+
+def _mapped_paths(maps: bytes) -> Iterator[str]:
+    """Each line: address, perms, offset, device, inode, then the path, which may hold
+    spaces (so the split stops there) and ends in " (deleted)" once unlinked."""
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[5].startswith(b"/"):
+            yield fields[5].decode(errors="replace").removesuffix(" (deleted)")
+
+
 def environment_value(pid: int, name: str) -> str | None:
     """`name` in the environment `pid` started with; None if unset. PermissionError if
     the environment cannot be read (it may be set: callers must not assume it is not)."""
@@ -220,14 +251,83 @@ def environment_value(pid: int, name: str) -> str | None:
 def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
     """Every process's raw NUL-separated argv; kernel threads (empty argv) skipped."""
     for name in _proc_entries():
-        if not name.isdigit():
-            continue
+        if name.isdigit():
+            data = command_line(int(name))
+            if data is not None:
+                yield Pid(int(name)), data
+
+
+def command_line(pid: int) -> bytes | None:
+    """Its raw argv; None if empty (a kernel thread, a zombie) or unreadable."""
+    try:
+        data = _read_all(f"/proc/{pid}/cmdline")
+    except OSError:
+        return None
+    return data or None
+
+
+def list_processes() -> dict[Pid, Stamp | None]:
+    """Each process with the inode of its /proc entry, which readdir reports at no
+    cost: the kernel makes a new one for each process that holds the pid (the old
+    process's entry is dropped when it is reaped, before the pid is free again)."""
+    found: dict[Pid, Stamp | None] = {}
+    try:
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if entry.name.isdigit():
+                    found[Pid(int(entry.name))] = _stamp(entry.inode())
+    except OSError:
+        pass
+    return found
+
+
+def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
+    """/proc/<id> opens for a thread's id too, which readdir never lists: only a thread
+    group's leader (its `Tgid` is its own id) is a process."""
+    found: dict[Pid, Stamp | None] = {}
+    for pid in pids:
         try:
-            data = _read_all(f"/proc/{name}/cmdline")
+            directory = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             continue
-        if data:
-            yield Pid(int(name)), data
+        try:
+            inode = os.fstat(directory).st_ino
+            status = _read_small("status", directory)
+        except OSError:
+            continue
+        finally:
+            os.close(directory)
+        if _field(status, b"Tgid:") == str(pid).encode():
+            found[Pid(pid)] = _stamp(inode)
+    return found
+
+
+def _stamp(inode: int) -> Stamp | None:
+    """readdir reports inode 1 for an entry it could not set up (its process exiting)."""
+    return inode if inode > 1 else None
+
+
+def creation_mark() -> CreationMark | None:
+    try:
+        load = _read_small("/proc/loadavg").split()
+        forks = _field(_read_all("/proc/stat"), b"processes")
+        pid_max = _read_small("/proc/sys/kernel/pid_max")
+        return CreationMark(
+            last_pid=int(load[4]),
+            forks=int(forks or b""),
+            tasks=int(load[3].split(b"/")[1]),
+            pid_max=int(pid_max),
+        )
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _field(text: bytes, name: bytes) -> bytes | None:
+    """The value after `name` on the line that starts with it."""
+    for line in text.splitlines():
+        if line.startswith(name):
+            return line[len(name) :].strip()
+    return None
 
 
 def process_group(pid: int) -> int | None:
@@ -259,8 +359,8 @@ def _proc_entries() -> list[str]:
         return []
 
 
-def _read_small(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _read_small(path: str, directory: int | None = None) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
     try:
         return os.read(fd, 4096)
     finally:

@@ -16,7 +16,15 @@ from typing import TypeVar, cast
 import psutil
 
 from .once import warn_once
-from .process_facts import MemoryUsage, Pid, ProcessDetails, ProcessStart, WiredMemory
+from .process_facts import (
+    CreationMark,
+    MemoryUsage,
+    Pid,
+    ProcessDetails,
+    ProcessStart,
+    Stamp,
+    WiredMemory,
+)
 from .process_read import Unread, read, read_or
 
 T = TypeVar("T")
@@ -165,6 +173,12 @@ def stuck_state(pid: int) -> str | None:
     return "D" if status == psutil.STATUS_DISK_SLEEP else None
 
 
+def is_exiting(pid: int) -> bool | None:
+    """psutil cannot tell a process tearing itself down from one that runs."""
+    del pid
+    return None
+
+
 def is_stopped(pid: int) -> bool | None:
     status = read_or(lambda: psutil.Process(pid).status(), None)
     return None if status is None else status == psutil.STATUS_STOPPED
@@ -174,6 +188,19 @@ def pipe_inodes(pid: int) -> frozenset[int] | None:
     """Not visible through psutil: the sweep then never tells a spawner by its pipes."""
     del pid
     return None
+
+
+def mapped_files(pid: int) -> frozenset[str] | None:
+    """psutil's memory maps where it has them (Linux, the BSDs); macOS, where it has
+    none, reads libproc (`_darwin`)."""
+    if not hasattr(psutil.Process, "memory_maps"):
+        return None
+
+    def paths() -> frozenset[str]:
+        regions = psutil.Process(pid).memory_maps(grouped=True)
+        return frozenset(region.path for region in regions if region.path.startswith("/"))
+
+    return read_or(paths, None)
 
 
 def environment_value(pid: int, name: str) -> str | None:
@@ -203,12 +230,42 @@ def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
     vanished while the process table still lists it (on macOS: exiting, or stuck in the
     kernel on its way out), so that the snapshot keeps what it cannot name."""
     for process in psutil.process_iter():
-        argv = read(process.cmdline)
-        if isinstance(argv, Unread):
-            if argv.gone and _still_listed(process.pid):
-                yield Pid(process.pid), b""
-        elif argv:
-            yield Pid(process.pid), "\0".join(argv).encode() + b"\0"
+        data = _command_line_of(process)
+        if data is not None:
+            yield Pid(process.pid), data
+
+
+def command_line(pid: int) -> bytes | None:
+    process = read(lambda: psutil.Process(pid))
+    if isinstance(process, Unread):
+        return None
+    return _command_line_of(process)
+
+
+def _command_line_of(process: psutil.Process) -> bytes | None:
+    argv = read(process.cmdline)
+    if isinstance(argv, Unread):
+        return b"" if argv.gone and _still_listed(process.pid) else None
+    return "\0".join(argv).encode() + b"\0" if argv else None
+
+
+def list_processes() -> dict[Pid, Stamp | None]:
+    """No stamps: psutil's listing is pids alone (the cheap pass then reads each)."""
+    return dict.fromkeys(map(Pid, read_or(psutil.pids, [])))
+
+
+def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
+    """psutil tells a Linux thread's id from a process's."""
+    return {Pid(pid): None for pid in pids if _exists(pid)}
+
+
+def _exists(pid: int) -> bool:
+    return read_or(lambda: psutil.pid_exists(pid), False)
+
+
+def creation_mark() -> CreationMark | None:
+    """Not readable through psutil: every scan then lists every process."""
+    return None
 
 
 def _still_listed(pid: int) -> bool:

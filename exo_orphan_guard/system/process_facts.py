@@ -58,6 +58,34 @@ class WiredMemory:
         return self.wired - self.footprints
 
 
+Stamp = int
+"""What a process listing says of a pid, changing whenever the pid changes hands: the
+inode of /proc/<pid> on Linux (each process that holds the pid gets its own), the
+start time on macOS. Only ever compared with another stamp of the same listing call."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CreationMark:
+    """Where this pid namespace's pid allocator stands (Linux, read in one go).
+
+    The kernel hands pids out in turn, skipping those in use, and wraps at `pid_max`:
+    so a process created since an earlier mark holds a pid after that mark's
+    `last_pid`, up to this one's, unless the allocator went round whole (more tasks
+    created than there are free pids) or was set back (`ns_last_pid`, which only a
+    privileged process such as CRIU may write).
+    """
+
+    last_pid: int
+    """The pid (or thread id) handed out last in this namespace (/proc/loadavg)."""
+    forks: int
+    """Processes and threads created since boot, machine-wide (/proc/stat
+    `processes`): it never goes back."""
+    tasks: int
+    """Processes and threads alive, machine-wide (/proc/loadavg)."""
+    pid_max: int
+
+
 ZOMBIE: Final = "zombie"
 """psutil's `STATUS_ZOMBIE`: dead, not yet reaped."""
 DEAD: Final = "dead"

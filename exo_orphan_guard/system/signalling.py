@@ -22,9 +22,11 @@ Where a signal lands:
 - Linux sends a process-directed signal to a thread that "wants" it, the main thread
   first unless it is stopped or already has a signal pending; a stopped process has
   no thread that wants it, and the first thread to run after SIGCONT takes it (in
-  trials, a thread other than the main one). So SIGINT goes to the main thread by
-  itself (a thread pidfd, `PIDFD_THREAD` and `PIDFD_SIGNAL_THREAD`, Linux 6.9), or,
-  on older kernels, process-directed to a process that is not stopped.
+  trials, a thread other than the main one: 0 of 20); a main thread just continued
+  keeps a signal pending until it runs, so even right after SIGCONT a helper thread
+  often takes it (9 of 20). So SIGINT goes to the main thread by itself: a thread
+  pidfd (`PIDFD_THREAD`, `PIDFD_SIGNAL_THREAD`, Linux 6.9), or on older kernels
+  tgkill(2) with the identity checked right before, as on macOS.
 - macOS cannot aim at another process's thread, but XNU gives a process-directed
   signal to the first thread of the process that does not block it
   (`get_signalthread`, bsd/kern/kern_sig.c), and the main thread is the first, and
@@ -37,11 +39,15 @@ stopped process is never interrupted.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import signal
+import sys
 import time
+from collections.abc import Callable
 from functools import cache
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
 from .. import system
 from .identity import ProcessIdentity, liveness
@@ -69,7 +75,9 @@ def send(target: ProcessIdentity, number: int) -> Delivery:
 
 def interrupt(target: ProcessIdentity) -> Delivery:
     """SIGINT to `target`'s main thread, never while it is stopped: a stopped target
-    gets SIGCONT first, and SIGINT once it runs (`RESUME_SECONDS` at most)."""
+    gets SIGCONT first, and SIGINT once it runs (`RESUME_SECONDS` at most). Where it
+    lands is the kernel's doing, not the backend's: on a Linux kernel it is aimed at
+    the main thread whichever backend reads the process table."""
     stopped = system.is_stopped(target.pid)
     if stopped:
         resumed = send(target, signal.SIGCONT)
@@ -77,9 +85,11 @@ def interrupt(target: ProcessIdentity) -> Delivery:
             return resumed
         if not _resumes(target):
             return "gone" if liveness(target) == "gone" else "stopped"
+    if sys.platform != "linux":
+        return send(target, signal.SIGINT)
     if _thread_pidfds():
         return _through_pidfd(target, signal.SIGINT, thread=True)
-    return send(target, signal.SIGINT)
+    return _to_main_thread(target, signal.SIGINT)
 
 
 def _resumes(target: ProcessIdentity) -> bool:
@@ -140,9 +150,36 @@ def _pidfds() -> bool:
 @cache
 def _thread_pidfds() -> bool:
     """Linux 6.9 and later: a pidfd for one thread, and signals to it alone."""
-    if not _pidfds():
+    if sys.platform != "linux" or not hasattr(os, "pidfd_open"):
         return False
     with contextlib.suppress(OSError):
         os.close(os.pidfd_open(os.getpid(), _PIDFD_THREAD))
         return True
     return False
+
+
+def _to_main_thread(target: ProcessIdentity, number: int) -> Delivery:
+    """tgkill(2) to the thread whose id is the pid, the main thread, for kernels older
+    than thread pidfds: the identity is checked right before, as on macOS. Without
+    tgkill in the C library, process-directed: the target was seen running, and a
+    running main thread takes a process-directed signal first."""
+    tgkill = _tgkill()
+    if tgkill is None:
+        return send(target, number)
+    state = liveness(target)
+    if state != "alive":
+        return "gone" if state == "gone" else "refused"
+    if tgkill(target.pid, target.pid, number) == 0:
+        return "sent"
+    return "gone" if ctypes.get_errno() == errno.ESRCH else "refused"
+
+
+@cache
+def _tgkill() -> Callable[[int, int, int], int] | None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    function = getattr(libc, "tgkill", None)
+    if function is None:
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
+    function.restype = ctypes.c_int
+    return cast("Callable[[int, int, int], int]", function)

@@ -6,6 +6,7 @@ Argument errors raise `UsageError` (the CLI's exit code 2) instead of argparse's
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NoReturn, final
@@ -47,7 +48,13 @@ def _sweep_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dry-run", action="store_true", help="show what would be killed; kill nothing"
     )
-    _grace_argument(command, "SIGTERM", "; with --now, 0")
+    _grace_argument(
+        command,
+        "SIGTERM",
+        "; with --now, 0. An exo runner gets SIGINT instead, and "
+        f"${settings.BUSY_WAIT_ENV} (default {settings.DEFAULT_BUSY_WAIT_SECONDS:g} s, never "
+        "less than the grace; with --now, the grace) before SIGKILL",
+    )
     command.add_argument(
         "--now",
         action="store_true",
@@ -62,7 +69,7 @@ def _judging_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--dir",
         type=Path,
-        help=f"registry directory (default: ${settings.DIR_ENV} or ~/.exo/orphan-guard)",
+        help=f"registry directory (default: ${settings.DIR_ENV}, else {_default_registry()})",
     )
     command.add_argument(
         "--registry-only",
@@ -86,6 +93,15 @@ def _judging_arguments(command: argparse.ArgumentParser) -> None:
         help="root only: also other users' processes (never the default)",
     )
     _add_host_arguments(command)
+
+
+def _default_registry() -> str:
+    """Where the registry is here without `EXO_ORPHAN_GUARD_DIR`: exo's cache directory
+    on this OS (`~/.exo` on macOS, `~/.cache/exo` on Linux, `~/$EXO_HOME` when set)."""
+    unset = {name: value for name, value in os.environ.items() if name != settings.DIR_ENV}
+    path = str(settings.registry_dir(unset))
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + os.sep) else path
 
 
 def _patch_arguments(command: argparse.ArgumentParser) -> None:
@@ -232,14 +248,22 @@ _COMMANDS: Final[
 ] = (
     (
         "scan",
-        "list orphaned runners (kills nothing)",
-        "list orphaned runners (kills nothing)",
+        "list orphaned runners (signals nothing)",
+        "List orphaned runners and what a sweep would signal with each; signal nothing. "
+        "Exit codes: 0 none found, 1 orphans found, 2 usage or configuration error.",
         _scan_arguments,
     ),
     (
         "sweep",
-        "kill orphaned runners: SIGTERM, a grace, SIGKILL",
-        "kill orphaned runners: SIGTERM, a grace, SIGKILL",
+        "end orphaned runners: SIGINT (SIGTERM if not exo's), a bounded wait, SIGKILL",
+        "End orphaned runners the clean way first: an exo runner gets SIGINT on its main "
+        "thread (it unwinds through Python; one busy in native code takes it when its "
+        "call returns), then the busy wait; anything else (--match) gets SIGTERM, then "
+        "the grace; SIGKILL for what is left. A runner already ending by itself, or that "
+        "another sweeper began to end, is waited for first (not with --now). Exit codes: "
+        "0 nothing left, 1 orphans remain (one survived SIGKILL, one was left ending by "
+        "itself, or another sweep held the registry's lock), 2 usage or configuration "
+        "error.",
         _sweep_arguments,
     ),
     (
@@ -272,7 +296,14 @@ _COMMANDS: Final[
         "126/127 if CMD cannot run; 2 usage error.",
         _exec_arguments,
     ),
-    ("selftest", "prove the parent watch on this machine", None, _selftest_arguments),
+    (
+        "selftest",
+        "prove the parent watch on this machine",
+        "Start stand-in workers and runners, SIGKILL the workers, and check that each "
+        "strategy's runners are gone (or, uncovered, alive). Exit codes: 0 every row "
+        "passed, 1 a row failed, 2 usage error (a strategy this machine cannot use).",
+        _selftest_arguments,
+    ),
     (
         "service",
         "the guardian: run it, or have launchd or systemd keep it running",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..records import endings
 from ..records.endings import Ending
@@ -17,8 +17,23 @@ from .check import Check
 _LISTED = 3
 
 
-def settings_check(grace: settings.Parsed[float], busy_wait: settings.Parsed[float]) -> Check:
-    """Both bounds as this environment sets them; a bad value is a warning naming it."""
+def other_setting_warnings(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """What each setting beside the bounds would warn about, as its parser says it."""
+    parsed = (
+        settings.parse_strategy(environ.get(settings.STRATEGY_ENV)),
+        settings.parse_backend(environ.get(settings.BACKEND_ENV)),
+        settings.parse_scan_interval(environ.get(settings.SCAN_INTERVAL_ENV)),
+    )
+    return tuple(value.warning for value in parsed if value.warning is not None)
+
+
+def settings_check(
+    grace: settings.Parsed[float],
+    busy_wait: settings.Parsed[float],
+    others: Sequence[str] = (),
+) -> Check:
+    """The settings as this environment sets them; a bad value is a warning naming it
+    (`others`: those of the settings beside the bounds)."""
     detail = (
         f"{settings.GRACE_ENV} {grace.value:g} s (the clean ending, once begun), "
         f"{settings.BUSY_WAIT_ENV} {busy_wait.value:g} s (a runner busy in native code"
@@ -30,6 +45,7 @@ def settings_check(grace: settings.Parsed[float], busy_wait: settings.Parsed[flo
     )
     figures = {"grace_s": grace.value, "busy_wait_s": busy_wait.value}
     problems = [parsed.warning for parsed in (grace, busy_wait) if parsed.warning is not None]
+    problems += others
     if problems:
         return Check(
             "settings",

@@ -10,15 +10,18 @@ Each command imports what it uses when it runs: `scan` starts without anyio or l
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Final, NoReturn, TextIO, final
 
 from ..records.guardian_state import Mode
-from ..system import settings
+from ..system import once, settings
 from .arguments import UsageError, build_parser, forwarded_words
 
 EXIT_OK: Final = 0
@@ -27,6 +30,25 @@ EXIT_USAGE: Final = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with _own_output():
+        return _run(argv)
+
+
+@contextlib.contextmanager
+def _own_output() -> Generator[None]:
+    """The command line's warnings in its own words, and a stdout whose reader may
+    leave; both as they were once it returns (a caller in the same process, a test)."""
+    sink = once.warn_to(_warn_on_stderr)
+    stdout = sys.stdout
+    keep_writing_when_the_reader_leaves()
+    try:
+        yield
+    finally:
+        once.warn_to(sink)
+        sys.stdout = stdout
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         arguments = build_parser().parse_args(argv)
         return _dispatch(arguments)
@@ -39,6 +61,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("exo-orphan-guard: interrupted", file=sys.stderr)
         return 130
+
+
+def _warn_on_stderr(message: str) -> None:
+    print(f"exo-orphan-guard: warning: {message}", file=sys.stderr, flush=True)
+
+
+def keep_writing_when_the_reader_leaves() -> None:
+    """A reader that leaves early (`exo-orphan-guard patch apply ... | head -2`) costs
+    the rest of the output, never the rest of the work: from the first write that
+    fails, stdout is /dev/null, and the command ends as it would have."""
+    if not isinstance(sys.stdout, _ReaderMayLeave):
+        sys.stdout = _ReaderMayLeave(sys.stdout)
+
+
+@final
+class _ReaderMayLeave(io.TextIOBase):
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str, /) -> int:
+        try:
+            self._stream.write(text)
+        except BrokenPipeError:
+            self._to_nowhere()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._to_nowhere()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def _to_nowhere(self) -> None:
+        # What the stream still buffers goes there too, at the latest at the exit's flush.
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(nowhere, self._stream.fileno())
+        os.close(nowhere)
 
 
 def _dispatch(arguments: argparse.Namespace) -> int:
@@ -213,11 +279,12 @@ def _selftest(arguments: argparse.Namespace) -> int:
         results = selftest.run_selftest(chosen)
         print(selftest.to_json(results))
         return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
+    print(selftest.render_header(), flush=True)
     results = selftest.run_selftest(
         chosen, progress=lambda result: print(selftest.render_row(result), flush=True)
     )
     print()
-    print(selftest.render(results))
+    print(selftest.render_verdict(results))
     return EXIT_OK if all(result.passed for result in results) else EXIT_LEFT
 
 

@@ -24,10 +24,10 @@ from ..records import endings
 from ..records.endings import Ending
 from ..records.registry import Registry
 from ..sweeper.judging import judge
-from ..sweeper.process_table import ProcessInfo
+from ..sweeper.process_table import ProcessInfo, ProcessTable
 from ..sweeper.verdicts import SweepOptions, Verdict
 from ..system import settings
-from ..system.process_facts import WiredMemory
+from ..system.process_facts import Pid, WiredMemory
 from . import (
     bounds_check,
     hard_kills,
@@ -74,6 +74,9 @@ class NodeFacts:
     """How runners ended since boot (`records.endings`)."""
     grace: settings.Parsed[float] = _DEFAULT_GRACE
     busy_wait: settings.Parsed[float] = _DEFAULT_BUSY_WAIT
+    other_settings: tuple[str, ...] = ()
+    """Warnings about the other settings (strategy, backend, scan interval): the value
+    that was not taken, and what is used instead."""
 
 
 def lasting_stuck_state(
@@ -110,11 +113,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
     warnings: list[str] = []
     table, verdicts = judge(registry, SweepOptions(), warnings)
     records = len({verdict.record.path for verdict in verdicts if verdict.record is not None})
-    runners = tuple(
-        info
-        for info in table.processes.values()
-        if info.is_spawn_child and info.runs_exo and not info.exited
-    )
+    runners = exo_runners(table, verdicts)
     suspects = {verdict.pid for verdict in verdicts if verdict.action == "kill"}
     exiting = {
         verdict.pid
@@ -160,6 +159,7 @@ def gather(exo_tree: Path | None) -> NodeFacts:
         endings=seen,
         grace=settings.grace_setting(),
         busy_wait=settings.busy_wait_setting(),
+        other_settings=bounds_check.other_setting_warnings(os.environ),
     )
 
 
@@ -170,13 +170,30 @@ def _linger(manager: service_files.Manager | None, installed: Path | None) -> bo
     return service_control.lingering(os.getuid(), service_control.run_command, shutil.which)
 
 
+def exo_runners(table: ProcessTable, verdicts: Sequence[Verdict]) -> tuple[ProcessInfo, ...]:
+    """Live spawn children known to be exo's runners: they show exo themselves, their
+    parent does, or the guardian saw them under an exo (a verdict names them)."""
+    named = {verdict.pid for verdict in verdicts if verdict.rule == "fingerprint"}
+
+    def known(info: ProcessInfo) -> bool:
+        parent = table.processes.get(Pid(info.ppid))
+        return info.runs_exo or info.pid in named or (parent is not None and parent.runs_exo)
+
+    return tuple(
+        info
+        for info in table.processes.values()
+        if info.is_spawn_child and not info.exited and known(info)
+    )
+
+
 def assess(facts: NodeFacts) -> list[Check]:
     return [
         _guard(facts),
         service_status.check(facts.guardian),
-        bounds_check.settings_check(facts.grace, facts.busy_wait),
+        bounds_check.settings_check(facts.grace, facts.busy_wait, facts.other_settings),
         _patch(facts),
         _orphans(facts),
+        _not_known(facts),
         _unkillable(facts),
         hard_kills.check(facts.endings),
         bounds_check.under_way_check(facts.endings),
@@ -188,6 +205,10 @@ def assess(facts: NodeFacts) -> list[Check]:
 
 
 def _guard(facts: NodeFacts) -> Check:
+    """The toggle turns on what runs inside a patched exo (its runners' hand-over of
+    their own Shutdown, its start-up sweep); the guardian needs none. Off is only worth
+    a warning where it turns something off: a patched exo named with --exo, or runners
+    this environment's exo records."""
     if facts.toggle.warning is not None:
         return Check("guard", "WARN", facts.toggle.warning, f"set {settings.TOGGLE_ENV}=1")
     guarded = sum(
@@ -195,14 +216,27 @@ def _guard(facts: NodeFacts) -> Check:
     )
     if facts.toggle.value:
         return Check(
-            "guard", "OK", f"{settings.TOGGLE_ENV} is on here; {guarded} guarded runner(s) recorded"
+            "guard",
+            "OK",
+            f"{settings.TOGGLE_ENV} is on here (the hooks inside a patched exo); "
+            f"{guarded} guarded runner(s) recorded",
         )
-    detail = f"{settings.TOGGLE_ENV} is off in this environment"
-    if guarded:
+    patched = facts.patch_status is not None and facts.patch_status.state == "applied"
+    if patched:
         return Check(
-            "guard", "OK", f"{detail}, but {guarded} runner(s) are guarded (exo has it on)"
+            "guard",
+            "WARN",
+            f"exo at {facts.exo_tree} is patched, but {settings.TOGGLE_ENV} is off in this "
+            "environment: its hooks do nothing",
+            f"start that exo with {settings.TOGGLE_ENV}=true",
         )
-    return Check("guard", "WARN", detail, f"start exo with {settings.TOGGLE_ENV}=1")
+    detail = (
+        f"{settings.TOGGLE_ENV} is off here: it turns on only the hooks inside a patched "
+        "exo; the guardian needs no toggle"
+    )
+    if guarded:
+        detail += f"; {guarded} runner(s) are guarded (their exo has it on)"
+    return Check("guard", "OK", detail)
 
 
 def _patch(facts: NodeFacts) -> Check:
@@ -232,6 +266,23 @@ def _orphans(facts: NodeFacts) -> Check:
         "FAIL",
         f"{len(orphans)} leftover runner(s) ({pids}) holding {_memory_held(orphans)}",
         "exo-orphan-guard sweep",
+    )
+
+
+def _not_known(facts: NodeFacts) -> Check:
+    unknown = [verdict for verdict in facts.verdicts if verdict.not_known_exo]
+    if not unknown:
+        return Check("not known", "OK", "no orphan from exo's environment left unexplained")
+    pids = ", ".join(str(verdict.pid) for verdict in unknown)
+    return Check(
+        "not known",
+        "WARN",
+        f"{len(unknown)} spawn child(ren) of a dead parent from exo's environment ({pids}), "
+        f"orphaned, not known to be exo (nothing shows it), holding {_memory_held(unknown)}: "
+        "never ended without --match",
+        "exo-orphan-guard scan lists them; if they are exo's runners: "
+        "exo-orphan-guard sweep --match REGEX (their command line)",
+        {"pids": [verdict.pid for verdict in unknown]},
     )
 
 

@@ -138,26 +138,21 @@ def _run_one(strategy: settings.Strategy | None, registry: Path) -> StrategyResu
         scenarios.cleanup(worker)
 
 
-def render(results: Sequence[StrategyResult]) -> str:
+def render_header() -> str:
+    """What the rows are: printed before the first row, which comes as its strategy ends."""
     header = f"exo-orphan-guard selftest: {platform.system()} {platform.release()}, "
     header += f"Python {platform.python_version()}, {system.BACKEND} backend; "
     header += f"covered runners gone within {DEADLINE_SECONDS:g} s, "
     header += f"others alive {LOOK_SECONDS:g} s after"
-    lines = [
-        header,
-        "",
-        f"{'strategy':<10} " + " ".join(f"{kind:<14}" for kind in KINDS) + "result",
-    ]
-    for result in results:
-        lines.append(render_row(result))
+    columns = f"{'strategy':<10} " + " ".join(f"{kind:<14}" for kind in KINDS) + "result"
+    return f"{header}\n\n{columns}"
+
+
+def render_verdict(results: Sequence[StrategyResult]) -> str:
     failed = [result for result in results if not result.passed]
-    lines.append("")
-    lines.append(
-        "PASS: every strategy did what it is designed to do."
-        if not failed
-        else f"FAIL: {len(failed)} of {len(results)} rows failed."
-    )
-    return "\n".join(lines)
+    if not failed:
+        return "PASS: every strategy did what it is designed to do."
+    return f"FAIL: {len(failed)} of {len(results)} rows failed."
 
 
 def render_row(result: StrategyResult) -> str:

@@ -19,10 +19,15 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterable
+from typing import Final
 
 from .. import system
 from ..system.identity import ProcessIdentity, identity_of, liveness
 from .waiters import can_use_pidfd
+
+_LATE_READS: Final = 8
+"""Reads of a runner's children after its walk, at most: each finds only what was
+started since the one before."""
 
 
 def kill_runner_tree(
@@ -36,22 +41,57 @@ def kill_runner_tree(
     parent link still holds: a process whose parent dies is reparented and drops out
     of any later walk. A caller outside the group kills the group first and the strays
     after; a caller inside it must kill the strays first, as the group kill ends it.
-    `known`: descendants proven by earlier walks, while the runner lived (a runner that
-    has exited leaves nothing to walk); each is killed only if it is still the process
-    identified then.
+    Right before the runner is killed its children are read once more: what it
+    started while the walk went on. `known`: descendants proven by earlier walks, while
+    the runner lived (a runner that has exited leaves nothing to walk); each is killed
+    only if it is still the process identified then.
     """
     me = os.getpid()
     found = {*known, *verified_descendants(runner)}
     strays = [stray for stray in found if stray.pid != me]
     inside = group is not None and _group_of_caller() == group
     if group is not None and not inside:
+        _kill_late_children(runner, found)
         _kill_group(group)
     # Checked again as each is signalled: a pid freed by the group kill may be reused.
     kill_verified(strays)
     if group is None:
+        _kill_late_children(runner, found)
         kill_verified([runner])
     elif inside:
+        _kill_late_children(runner, found)
         _kill_group(group)
+
+
+def _kill_late_children(runner: ProcessIdentity, found: set[ProcessIdentity]) -> None:
+    """SIGKILL what the runner started since the walk, right before it is killed itself.
+
+    The walk takes its time (tens of milliseconds on a loaded machine), and a runner
+    killed from its own watch thread goes on running meanwhile: its main thread can
+    start a child that leaves the group, which the group kill misses and the runner's
+    death hands to init. A read of its children alone is quick: read again until it
+    shows none that was not dealt with, so that only that one read's moment remains.
+    """
+    seen = {os.getpid(), *(known.pid for known in found)}  # the caller: by the group kill
+    for _ in range(_LATE_READS):
+        late = [pid for pid in system.child_pids(runner.pid) if pid not in seen]
+        if not late:
+            return
+        seen.update(late)
+        kill_verified(_children_proven(runner, late))
+
+
+def _children_proven(runner: ProcessIdentity, pids: Iterable[int]) -> list[ProcessIdentity]:
+    """Those of `pids` proven children of `runner`: each identified, then its parent read."""
+    if liveness(runner) != "alive":
+        return []  # its pid's children may be another process's
+    proven: list[ProcessIdentity] = []
+    for pid in pids:
+        identity = identity_of(pid)
+        with contextlib.suppress(PermissionError):
+            if identity is not None and system.parent_pid(pid) == runner.pid:
+                proven.append(identity)
+    return proven
 
 
 def verified_descendants(root: ProcessIdentity) -> list[ProcessIdentity]:

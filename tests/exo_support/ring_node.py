@@ -62,7 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from node_io import emit, prepare_env, private_stdout
+from node_io import emit, map_exo_extension, prepare_env, private_stdout
 
 TICK = 0.01
 
@@ -290,6 +290,7 @@ def main() -> None:
     parser.add_argument("--scratch", type=Path, required=True)
     args = parser.parse_args()
     prepare_env(args.scratch)
+    map_exo_extension(args.scratch)  # exo's main module imports exo's extension
     private_stdout()
 
     import anyio

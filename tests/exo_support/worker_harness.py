@@ -32,9 +32,14 @@ dirs at import. Those not set by the caller are pointed into a scratch dir
 (``--scratch``, default a new ``/tmp/exo-harness-*``; reported in the JSON as
 ``scratch``, the caller removes it), so nothing is written under ``~``.
 
+What exo's main process shows: a stand-in of exo's Rust extension mapped
+(`node_io.map_exo_extension`; `--exo-main script`, the default: as exo's console
+script, whose runners map it too; `module`: as `python -m exo`, whose runners map
+nothing of exo's), so that a sweep takes it, and its runner, for what they stand for.
+
 This file deliberately imports nothing from exo_orphan_guard: patched exo code
-calls it itself. Nothing here runs at import time (spawned children re-import
-the main module).
+calls it itself. Nothing here runs at import time but `node_io`'s mapping (spawned
+children re-import the main module).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, NoReturn
+
+from node_io import map_exo_extension
 
 VERSIONS = ("v1.0.61", "v1.0.65", "v1.0.69", "v1.0.71", "main")
 
@@ -268,11 +275,13 @@ def main() -> NoReturn:
     parser.add_argument("--mode", choices=("runner",), default="runner")
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--scratch", type=Path, default=None)
+    parser.add_argument("--exo-main", choices=("script", "module"), default="script")
     args = parser.parse_args()
 
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="exo-harness-"))
     scratch = scratch.resolve()
     prepare_env(scratch)
+    map_exo_extension(scratch, runners=args.exo_main == "script")
     private_stdout()
 
     mp.set_start_method("spawn", force=True)

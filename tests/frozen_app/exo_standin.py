@@ -1,8 +1,11 @@
 """A stand-in for exo's frozen app, built by PyInstaller into a onedir binary `exo`.
 
-Like exo (`src/exo/main.py`): spawn start method, `freeze_support()`, the worker is
-the app's main process and a runner is a `multiprocessing.Process` child, which in a
-frozen app runs as `<exe> --multiprocessing-fork tracker_fd=N pipe_handle=M`. The
+Like exo (`src/exo/__main__.py`, the app's entry): its extension imported first (exo
+imports `exo.main`, and with it exo's Rust extension, before `freeze_support()`), spawn
+start method, `freeze_support()`; the worker is the app's main process and a runner is
+a `multiprocessing.Process` child, which in a frozen app runs as `<exe>
+--multiprocessing-fork tracker_fd=N pipe_handle=M` and runs this entry again up to
+`freeze_support()`: it maps the extension too. The
 hooks are called as exo's patched hooks module calls them, through the package's
 public names (loaded lazily: the package's PyInstaller hook must have bundled them).
 
@@ -19,6 +22,8 @@ import multiprocessing
 import os
 import sys
 import time
+
+import exo_rs  # noqa: F401  # pyright: ignore[reportMissingImports, reportUnusedImport]
 
 
 def runner() -> None:

@@ -3,9 +3,10 @@ signals what it did not start.
 
 Started before the first test, checked after the last (tests/conftest.py):
 
-- `spawn_child`: a `--multiprocessing-fork` child of a live parent, both from an
-  environment the sweep takes for exo's: the shape of a live exo worker's runner (a
-  developer's exo serving a model while `make test` runs);
+- `spawn_child`: a `--multiprocessing-fork` child of a live parent that shows it runs
+  exo (the stand-in of exo's extension mapped), both from exo's environment: the shape
+  of a live exo worker's runner (a developer's `python -m exo` serving a model while
+  `make test` runs; the runner itself shows nothing of exo's);
 - `reparented`: a process reparented to init whose argv carries
   `--multiprocessing-fork`, from an environment without exo: some other program's.
 
@@ -36,7 +37,7 @@ T = TypeVar("T")
 
 _START_TIMEOUT_SECONDS: Final = 30.0
 _LIVE_PARENT: Final = (
-    "import multiprocessing, time\n"
+    "import exo_rs, multiprocessing, time\n"
     "if __name__ == '__main__':\n"
     "    child = multiprocessing.get_context('spawn').Process(target=time.sleep, args=(86400,))\n"
     "    child.start()\n"

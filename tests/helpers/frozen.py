@@ -1,13 +1,18 @@
 """The frozen stand-in app: PyInstaller onedir binary `exo`, built from this package's
-wheel in a clean venv (an editable install is not bundled), cached under .cache/."""
+wheel in a clean venv (an editable install is not bundled), cached under .cache/. It
+bundles the stand-in of exo's Rust extension (`rig.stand_in_exo`) where PyInstaller
+puts exo's, `_internal/exo_rs/`, and its entry imports it as exo's does."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from exo_orphan_guard.rig.stand_in_exo import EXTENSION_MODULE, add_extension
 
 from .dist import ROOT, built_dist, cached, digest_of
 
@@ -42,6 +47,8 @@ def frozen_app() -> Path:
             )
             script = work / "exo.py"
             shutil.copyfile(APP_SCRIPT, script)
+            (packages,) = venv.glob("lib/python3*/site-packages")
+            extension = next(add_extension(packages).glob(f"{EXTENSION_MODULE}.*"))
             built = subprocess.run(
                 [
                     python,
@@ -57,6 +64,10 @@ def frozen_app() -> Path:
                     str(work / "build"),
                     "--specpath",
                     str(work),
+                    "--hidden-import",
+                    EXTENSION_MODULE,
+                    "--add-binary",
+                    f"{extension}{os.pathsep}{EXTENSION_MODULE}",
                     str(script),
                 ],
                 capture_output=True,

@@ -24,8 +24,10 @@ NOBODY = 65534
 
 
 def make_fake_exo_environment(root: Path) -> str:
-    """A venv whose site-packages holds exo's dist-info (and can import this project):
-    to the sweep it is indistinguishable from exo's own environment."""
+    """A venv whose site-packages holds exo's dist-info and a stand-in of exo's Rust
+    extension (and can import this project): the stand-in workers run from it show
+    what exo's main process and its console script's runners show; anything else run
+    from it shows nothing of exo's, as in exo's own environment."""
     return make_exo_environment(root)
 
 

@@ -29,17 +29,25 @@ FROZEN_ARGV = (
 )
 
 
+EXO_EXTENSION = "/Users/me/exo/.venv/lib/python3.13/site-packages/exo_rs/exo_rs.abi3.so"
+SHOWS_EXO = "maps exo's extension exo_rs.abi3.so"
+
+
 def proc(
     pid: int,
     ppid: int = 1,
     *,
     argv: tuple[str, ...] = RUNNER_ARGV,
     exo: bool = True,
+    environment: bool | None = None,
     uid: int = UID,
     started: float | None = None,
     status: str = "sleeping",
     pipes: frozenset[int] | None = None,
 ) -> ProcessInfo:
+    """`exo`: it shows that it runs exo (exo's extension mapped, as exo's main process
+    and the runners of its console script and frozen app do); `environment`: it runs
+    from exo's environment (default: as `exo`), which alone proves nothing."""
     return ProcessInfo(
         pid=Pid(pid),
         ppid=ppid,
@@ -50,8 +58,9 @@ def proc(
         status=status,
         rss=2**30,
         create_time=1000.0 + pid,
-        runs_exo=exo,
         pipes=pipes,
+        exo_evidence=SHOWS_EXO if exo else None,
+        in_exo_environment=exo if environment is None else environment,
     )
 
 

@@ -1,0 +1,36 @@
+"""The guardian's scan of the process table: the reads that `known_processes` plans.
+
+Each scan reads the pid allocator's mark, lists what the plan says (nothing, a few
+pids, or every process), reads the command lines it names, and hands the candidates
+(spawn children, and processes whose command line vanished) to the sweep's snapshot
+in place of a pass over every command line (`judging.judge`'s `candidates`).
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+from .. import system
+from ..system.process_facts import Pid
+from .known_processes import Known, Listing, absorb, kind_of, listing_plan, plan_reads
+
+
+@final
+class CheapScan:
+    def __init__(self) -> None:
+        self._known = Known()
+
+    def candidates(self) -> frozenset[Pid]:
+        """The pids whose command lines a full scan's pass would pick now."""
+        known = self._known
+        mark = system.creation_mark()
+        choice = listing_plan(known.mark, mark, known.scans_since_whole)
+        listing: Listing | None = None
+        if choice == "whole":
+            listing = Listing(system.list_processes())
+        elif choice != "none":
+            listing = Listing(system.processes_among(choice), choice)
+        reads = plan_reads(known, listing)
+        kinds = {pid: kind_of(system.command_line(pid)) for pid in reads.pids}
+        self._known = absorb(known, mark, listing, reads, kinds)
+        return self._known.candidates
