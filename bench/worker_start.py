@@ -107,9 +107,7 @@ def run(repetitions: int, scratch: Path) -> list[StartResult]:
 
 def _measure(load: int, repetitions: int, scratch: Path) -> StartResult:
     script = scratch / "worker_start_probe.py"
-    script.write_text(
-        _PROBE.format(shaped=exo_runner.EXO_SHAPED)
-    )
+    script.write_text(_PROBE.format(shaped=exo_runner.EXO_SHAPED))
     registry = scratch / f"registry-{load}"
     environ = {
         **os.environ,
