@@ -148,7 +148,7 @@ soak: $(BIN)/.bench-installed
 # Against real exo: EXO_SRC=<git clone of exo-explore/exo> MLX_LM_SRC=<rltakashige/mlx-lm>.
 # Builds Python 3.13 venvs with exo's dependencies under .cache/exo-venv (kept).
 test-exo: $(BIN)/.installed
-	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(CONFINED) $(BIN)/pytest tests/test_exo_integration.py tests/test_exo_sweeps.py tests/test_exo_main_thread.py tests/test_exo_steps.py tests/test_exo_guardian.py tests/test_exo_app_quit.py tests/test_exo_ring_orphan.py tests/test_exo_unchanged.py tests/test_exo_bugfix.py tests/test_exo_uv_real.py tests/test_exo_checks.py -v -rs
+	EXO_SRC="$(EXO_SRC)" MLX_LM_SRC="$(MLX_LM_SRC)" $(CONFINED) $(BIN)/pytest tests/test_exo_integration.py tests/test_exo_sweeps.py tests/test_exo_main_thread.py tests/test_exo_steps.py tests/test_exo_guardian.py tests/test_exo_app_quit.py tests/test_exo_ring_orphan.py tests/test_exo_unchanged.py tests/test_exo_bugfix.py tests/test_exo_uv_real.py tests/test_exo_checks.py tests/test_exo_pr.py -v -rs
 
 # Which of exo's trees `patch apply` reaches (bench/reach.py): every STEP-th first-parent
 # commit from v1.0.61 to main and every release; results cached by commit in

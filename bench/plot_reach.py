@@ -24,7 +24,7 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 
 from .reach import RESULTS, Record, fingerprint, load
-from .reach_table import anchors_found
+from .reach_table import all_anchors
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_IMAGE: Final = ROOT / "docs" / "img" / "reach.png"
@@ -39,9 +39,7 @@ _ROWS: Final = (
 def points(records: Sequence[Record]) -> tuple[list[tuple[float, float, bool]], ...]:
     """Per row: (date as matplotlib's day number, y, yes) for every tree."""
     apply_row = [(_when(record), 1.0, record["reached"]) for record in records]
-    anchor_row = [
-        (_when(record), 0.0, anchors_found(record) == len(record["anchors"])) for record in records
-    ]
+    anchor_row = [(_when(record), 0.0, all_anchors(record)) for record in records]
     return apply_row, anchor_row
 
 
@@ -90,7 +88,7 @@ def draw(records: Sequence[Record], image: Path, command: str, tip_name: str = "
     axis.grid(True, axis="x", alpha=0.2)
     reached = sum(record["reached"] for record in records)
     placed = sum(_kind(record, record["reached"], apply_row=True) == "placed" for record in records)
-    whole = sum(anchors_found(record) == len(record["anchors"]) for record in records)
+    whole = sum(all_anchors(record) for record in records)
     axis.set_title(
         f"exo's trees from v1.0.61 to main: patch apply reaches {reached} of {len(records)} "
         f"({placed} placed at the anchors), the anchors are found in {whole} of {len(records)}",

@@ -10,7 +10,8 @@ Walks exo's first-parent history from `--from` to `--to` (`git rev-list
 plus every release tag between them (some sit on release branches, off the
 first-parent line). For each: `git archive` into a temporary directory; the anchors
 (`exo_orphan_guard.exo.anchors`); `exo-orphan-guard patch apply --no-lock` as a
-user runs it; where it applies, the hooks present, the changed Python files compiled
+user runs it, both series (`--with-package`: the PR, and the local series on top);
+where it applies, the hooks present, the changed Python files compiled
 by Python 3.13 (`py_compile`, its cache kept out of the tree), `ruff check` and
 `ruff format --check` of the changed files with the ruff the tree's own `uv.lock`
 pins (installed once per version under `.cache/ruff/`) and that tree's config, and
@@ -37,23 +38,42 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final, TypedDict, cast
 
-from exo_orphan_guard.exo import anchors, patching, placement
+from exo_orphan_guard.exo import anchors, bugfix, patching, placement
 
 from .reach_commits import Commit, git_output, heads, select
 from .reach_ruff import pinned_ruff, ruff_findings
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS: Final = ROOT / "bench" / "results" / "reach.jsonl"
-SCHEMA: Final = "exo-orphan-guard/reach/1"
+SCHEMA: Final = "exo-orphan-guard/reach/2"
 HOOKS: Final = (
-    # (file, text): each hook and its import, as the series writes them.
-    ("src/exo/worker/orphan_guard.py", "def guard_runner("),
-    ("src/exo/worker/orphan_guard.py", "async def guard_worker("),
-    (anchors.ENTRYPOINT_FILE, "from exo.worker.orphan_guard import guard_runner\n"),
-    (anchors.ENTRYPOINT_FILE, "guard_runner(bound_instance, task_receiver)\n"),
+    # (file, text): each module, hook and import both series write, whatever the shape.
+    (placement.RECORDS_MODULE, "def record_runner("),
+    (placement.WATCH_MODULE, "def watch_parent("),
+    (placement.SWEEP_MODULE, "async def end_leftover_runners("),
+    (placement.LOCAL_MODULE, "async def guard_worker("),
+    (anchors.WORKER_FILE, "from exo.worker.runner.leftover_runners import end_leftover_runners\n"),
+    (anchors.WORKER_FILE, "await end_leftover_runners()\n"),
     (anchors.WORKER_FILE, "from exo.worker.orphan_guard import guard_worker\n"),
     (anchors.WORKER_FILE, "await guard_worker()\n"),
-    (anchors.CONSTANTS_FILE, f"{placement.TOGGLE_LINE}\n"),
+    *((anchors.CONSTANTS_FILE, f"{line}\n") for line in placement.SETTINGS),
+)
+RUNNER_HOOKS: Final = {
+    # The runner's hook, by the shape of the tree's runner.
+    placement.WORK_QUEUE.name: (
+        anchors.RUNNER_FILE,
+        "watch_parent(self.bound_instance, self._work_queue.put)\n",
+    ),
+    placement.RELAY.name: (
+        anchors.ENTRYPOINT_FILE,
+        "task_receiver = relay_tasks(bound_instance, task_receiver)\n",
+    ),
+}
+HOOKED_FILES: Final = (
+    anchors.ENTRYPOINT_FILE,
+    anchors.RUNNER_FILE,
+    anchors.WORKER_FILE,
+    anchors.CONSTANTS_FILE,
 )
 _DECIDING: Final = (
     "anchors.py",
@@ -61,6 +81,7 @@ _DECIDING: Final = (
     "patch_format.py",
     "patch_command.py",
     "placement.py",
+    "footprints.py",
     "format_patch.py",
 )
 
@@ -94,6 +115,9 @@ class Record(TypedDict):
     ruff_preexisting: bool | None
     """The pristine files already had findings (a fork that does not run exo's ruff)."""
     ruff_output: str
+    runner_hook: str | None
+    """Where the runner's hook went: `work queue` (exo's runner has its own task queue)
+    or `relay` (it reads the worker's stream itself); None: not applied."""
     revert_exact: bool | None
     reached: bool
     """Applied, hooks present, compiled, ruff clean, reverted byte for byte."""
@@ -105,9 +129,11 @@ def fingerprint() -> str:
     digest = hashlib.sha256(SCHEMA.encode())
     exo = Path(anchors.__file__).parent
     for path in sorted(patching.PATCHES_DIR.rglob("*.patch")):
+        if path.is_relative_to(bugfix.BUGFIX_DIR):
+            continue  # never applied by `patch apply`
         digest.update(path.relative_to(patching.PATCHES_DIR).as_posix().encode())
         digest.update(path.read_bytes())
-    for relative, content in placement.new_files().items():
+    for relative, content in placement.every_new_file().items():
         digest.update(relative.encode())
         digest.update(content)
     for name in _DECIDING:
@@ -134,18 +160,23 @@ def measure(
     ruff_version = pinned_ruff(tree)
     found = anchors.find(tree)
     before = tree_digest(tree)
-    touched = [path for path in placement.HOOKED_FILES if (tree / path).is_file()]
+    touched = [path for path in HOOKED_FILES if (tree / path).is_file()]
     pristine_ruff = None
     if ruff_version and touched:
         pristine_ruff = ruff_findings(ruff_version, tree, touched)
     environment = {**os.environ, "XDG_STATE_HOME": str(work / "state")}  # the undo record
-    applied = _cli(tree, "apply", "--no-lock", environment=environment)
+    applied = _cli(tree, "apply", "--no-lock", "--with-package", environment=environment)
     hooks = compiles = revert_exact = ruff_clean = ruff_preexisting = None
+    runner_hook = None
     ruff = ruff_version
     ruff_output = ""
     if applied.returncode == 0:
         after = tree_digest(tree)
-        hooks = all(text in _read(tree / file) for file, text in HOOKS)
+        runner_hook = next(
+            (name for name, (file, text) in RUNNER_HOOKS.items() if text in _read(tree / file)),
+            None,
+        )
+        hooks = runner_hook is not None and all(text in _read(tree / file) for file, text in HOOKS)
         changed = sorted(
             path for path in after if path.endswith(".py") and after[path] != before.get(path)
         )
@@ -195,6 +226,7 @@ def measure(
         ruff_clean=ruff_clean,
         ruff_preexisting=ruff_preexisting,
         ruff_output=ruff_output.replace(str(tree), "<tree>")[:400],
+        runner_hook=runner_hook,
         revert_exact=revert_exact,
         reached=bool(
             applied.returncode == 0

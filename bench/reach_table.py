@@ -15,8 +15,20 @@ if TYPE_CHECKING:
 _FAILED_HUNK: Final = re.compile(r": (\S+), hunk (\d+) \(@@[^)]*\) of (\d{4})-")
 
 
+REQUIRED: Final = ("entrypoint", "Worker.plan_step", "constants", "Shutdown")
+"""The anchors every tree needs; `Runner.main` only picks where the runner's hook goes."""
+
+
+def required(record: Record) -> list[dict[str, object]]:
+    return [dict(anchor) for anchor in record["anchors"] if anchor["anchor"] in REQUIRED]
+
+
 def anchors_found(record: Record) -> int:
-    return sum(anchor["found"] for anchor in record["anchors"])
+    return sum(bool(anchor["found"]) for anchor in required(record))
+
+
+def all_anchors(record: Record) -> bool:
+    return anchors_found(record) == len(required(record))
 
 
 def name(record: Record) -> str:
@@ -62,15 +74,16 @@ def render(records: Sequence[Record], step: int, command: str, tip_name: str) ->
         f"`{command}` on {today}; series fingerprint "
         f"{records[0]['fingerprint'] if records else '-'}.",
         "",
-        "| trees | measured | reached by `patch apply` | all four anchors found |",
-        "|---|---|---|---|",
+        "| trees | measured | reached by `patch apply` (both series) | all four anchors found "
+        "| runner's hook on its own task queue |",
+        "|---|---|---|---|---|",
         *rows,
         "",
         "| release | date | `patch apply` | anchors found |",
         "|---|---|---|---|",
         *(
             f"| {record['release']} | {record['date'][:10]} | {stopped_at(record)} | "
-            f"{anchors_found(record)} of {len(record['anchors'])} |"
+            f"{anchors_found(record)} of {len(required(record))} |"
             for record in releases
         ),
         "",
@@ -81,7 +94,7 @@ def render(records: Sequence[Record], step: int, command: str, tip_name: str) ->
     missing = [
         f"- {name(record)}: {anchor['anchor']}: {anchor['where']}"
         for record in records
-        for anchor in record["anchors"]
+        for anchor in required(record)
         if not anchor["found"]
     ]
     if missing:
@@ -92,11 +105,12 @@ def render(records: Sequence[Record], step: int, command: str, tip_name: str) ->
 def _row(label: str, records: Sequence[Record]) -> str:
     count = len(records)
     reached = [record for record in records if record["reached"]]
-    with_anchors = sum(anchors_found(record) == len(record["anchors"]) for record in records)
+    with_anchors = sum(all_anchors(record) for record in records)
+    queued = sum(record.get("runner_hook") == "work queue" for record in reached)
     which = f": {', '.join(name(record) for record in reached)}" if 0 < len(reached) <= 4 else ""
     return (
         f"| {label} | {count} | {len(reached)} ({_share(len(reached), count)}){which} | "
-        f"{with_anchors} ({_share(with_anchors, count)}) |"
+        f"{with_anchors} ({_share(with_anchors, count)}) | {queued} of {len(reached)} |"
     )
 
 

@@ -1,15 +1,15 @@
 """What the guard costs exo's worker at its start and a runner at its first task
 (issue 35 item 4).
 
-Each repetition is a fresh process, as each exo start is: it loads the very
-`orphan_guard.py` the series adds (against the exo-shaped rig's types), runs an
-anyio event loop with a task that ticks every 10 ms, as exo's other tasks do, and
-awaits `guard_worker()` with the package installed, as exo's `Worker.plan_step`
-does before its loop: the hand-over marker, the start-up sweep (nothing to end
-here), a guardian made sure of. Measured: how long the plan loop waits, and how late
-the ticks come meanwhile (the event loop serving). Then `guard_runner(...)` as a
-runner's entrypoint calls it before it takes its first task. Beside N unrelated
-processes, as `sweep_cost` does.
+Each repetition is a fresh process, as each exo start is: it loads the very modules
+the two series add (against the exo-shaped rig's types), runs an anyio event loop with
+a task that ticks every 10 ms, as exo's other tasks do, and awaits the local series'
+`guard_worker()` with the package installed, then the PR's `end_leftover_runners()`,
+as exo's `Worker.plan_step` does before its loop: the hand-over marker, the package's
+start-up sweep and the PR's (nothing to end here), a guardian made sure of. Measured:
+how long the plan loop waits, and how late the ticks come meanwhile (the event loop
+serving). Then the PR's `watch_parent(...)` as exo's `Runner.main` calls it before it
+takes its first task. Beside N unrelated processes, as `sweep_cost` does.
 """
 
 from __future__ import annotations
@@ -37,11 +37,9 @@ _PROBE: Final = """
 import json, multiprocessing, sys, time
 import anyio
 sys.path.insert(0, {shaped!r})
-import importlib.util
-spec = importlib.util.spec_from_file_location("exo.worker.orphan_guard", {module!r})
-guard = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = guard
-spec.loader.exec_module(guard)
+import queue
+from exo.worker import orphan_guard
+from exo.worker.runner import leftover_runners, parent_watch
 from exo.shared.types.worker.instances import BoundInstance, Instance
 from exo.utils.channels import MpReceiver, MpState
 
@@ -58,15 +56,17 @@ async def worker():
         tg.start_soon(ticker)
         await anyio.sleep(0.05)
         started = time.monotonic()
-        await guard.guard_worker()
+        await orphan_guard.guard_worker()
+        await leftover_runners.end_leftover_runners()
         waited = (time.monotonic() - started) * 1000
         tg.cancel_scope.cancel()
     return waited
 
-# A runner's first step, guard_runner, in a spawned child: it needs a parent to watch.
+# A runner's first step, watch_parent, in a spawned child: it needs a parent to watch.
 def runner(receiver, instance, out):
+    work = queue.Queue()
     started = time.monotonic()
-    guard.guard_runner(instance, receiver)
+    parent_watch.watch_parent(instance, work.put)
     out.put((time.monotonic() - started) * 1000)
 
 if __name__ == "__main__":
@@ -107,9 +107,7 @@ def run(repetitions: int, scratch: Path) -> list[StartResult]:
 
 def _measure(load: int, repetitions: int, scratch: Path) -> StartResult:
     script = scratch / "worker_start_probe.py"
-    script.write_text(
-        _PROBE.format(shaped=exo_runner.EXO_SHAPED, module=str(exo_runner.IN_TREE_FILE))
-    )
+    script.write_text(_PROBE.format(shaped=exo_runner.EXO_SHAPED))
     registry = scratch / f"registry-{load}"
     environ = {
         **os.environ,
@@ -158,9 +156,9 @@ def _stop_guardian() -> None:
 
 def render(results: list[StartResult]) -> str:
     lines = [
-        "| unrelated processes | plan loop waits for `guard_worker()`, p50 / p99 ms "
+        "| unrelated processes | plan loop waits for the start-up sweeps, p50 / p99 ms "
         "| event loop tick lateness meanwhile, p50 / p99 / max ms "
-        "| `guard_runner()` before the first task, p50 / p99 ms |",
+        "| `watch_parent()` before the first task, p50 / p99 ms |",
         "|---|---:|---:|---:|",
     ]
     for result in results:

@@ -101,8 +101,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """No test reads the developer's toggles or writes to ~/.exo, or keeps an undo
-    record of `patch apply` in the developer's state directory."""
+    """No test reads the developer's toggles or writes to ~/.exo or exo's cache
+    directory, or keeps an undo record of `patch apply` in the developer's state
+    directory."""
     for name in (
         settings.TOGGLE_ENV,
         settings.STRATEGY_ENV,
@@ -121,6 +122,9 @@ def isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Pat
     # busy wait set their own (tests/test_busy_ending.py, tests/test_sweep_busy.py).
     monkeypatch.setenv(settings.BUSY_WAIT_ENV, "0")
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    # exo's cache directory, where guarded exo-shaped runners record themselves.
+    monkeypatch.delenv("EXO_HOME", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return registry
 
 

@@ -31,6 +31,11 @@ def entrypoint(
 ) -> None:
     global logger
     logger = _logger
+
+    try:
+        run()
+    finally:
+        close()
 """
 
 WORKER = """\
@@ -47,6 +52,7 @@ CONSTANTS = """\
 import os
 import sys
 
+EXO_CACHE_HOME = Path.home() / ".exo"
 EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"
 """
 
@@ -72,17 +78,66 @@ def test_entrypoint_is_found_with_its_lines_and_indentation() -> None:
         "entrypoint",
         anchors.ENTRYPOINT_FILE,
         line=10,
-        body_line=17,
-        indent="    ",
+        body_line=21,
+        indent="        ",
         detail="entrypoint(bound_instance, event_sender, task_receiver, cancel_receiver, _logger)",
     )
     assert found.describe() == (f"entrypoint: found, {anchors.ENTRYPOINT_FILE}:10 ({found.detail})")
 
 
 def test_entrypoint_before_v1_0_68_has_no_cancel_receiver_and_tabs_are_kept() -> None:
-    source = "def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n\tpass\n"
+    source = (
+        "def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n"
+        "\tlogger = _logger\n\ttry:\n\t\tpass\n\tfinally:\n\t\tpass\n"
+    )
     found = anchors.entrypoint(source)
-    assert isinstance(found, Found) and found.indent == "\t" and found.body_line == 2
+    assert isinstance(found, Found) and found.indent == "\t\t" and found.body_line == 4
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    pass\n",
+        "    try:\n        pass\n    finally:\n        pass\n    logger = _logger\n",
+    ],
+)
+def test_an_entrypoint_without_its_try_after_the_logger_has_no_place(body: str) -> None:
+    """The runner's hook goes inside exo's error handling, after the runner's logger."""
+    source = f"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n{body}"
+    lost = missing(anchors.entrypoint(source))
+    assert lost.reason == "first statement differs"
+    assert "no `try` after `logger = _logger`" in lost.detail
+
+
+RUNNER = """\
+class Runner:
+    def __init__(self):
+        self._work_queue = queue.Queue()
+
+    def main(self):
+        self._start_task_reader()
+        try:
+            pass
+        finally:
+            pass
+"""
+
+
+def test_runner_main_is_found_where_the_runner_feeds_its_own_task_queue() -> None:
+    found = anchors.runner_main(RUNNER)
+    assert isinstance(found, Found) and (found.line, found.indent) == (5, "        ")
+    hooked = RUNNER.replace(
+        "        self._start_task_reader()",
+        "        watch_parent(self.bound_instance, self._work_queue.put)\n\n"
+        "        self._start_task_reader()",
+    )
+    assert anchors.runner_main(hooked).found
+    for lost in (
+        RUNNER.replace("self._work_queue = queue.Queue()", "pass"),
+        RUNNER.replace("self._start_task_reader()", "self.loop()"),
+        None,
+    ):
+        assert not anchors.runner_main(lost).found
 
 
 @pytest.mark.parametrize(
@@ -231,6 +286,8 @@ def test_constants_are_found_by_their_import_of_os() -> None:
     assert isinstance(found, Found) and found.anchor == "constants"
     lost = missing(anchors.constants(CONSTANTS.replace("import os\n", "from os import getenv\n")))
     assert (lost.file, lost.reason) == (anchors.CONSTANTS_FILE, "import missing")
+    no_cache = missing(anchors.constants(CONSTANTS.replace("EXO_CACHE_HOME", "CACHE")))
+    assert (no_cache.reason, no_cache.detail) == ("field missing", "no top-level `EXO_CACHE_HOME`")
     assert missing(anchors.constants(None)).reason == "file missing"
     assert missing(anchors.constants("import os\nx = (\n")).reason == "cannot parse"
 
@@ -288,6 +345,7 @@ def test_find_reads_a_tree_and_says_which_file_is_missing(tmp_path: Path) -> Non
         "Worker.plan_step",
         "constants",
         "Shutdown",
+        "Runner.main",
     ]
     assert all(anchor.found for anchor in found[:3]) and not anchors.all_found(found)
     assert missing(found[3]).reason == "file unreadable"
@@ -323,3 +381,5 @@ def test_every_release_since_v1_0_61_and_main_has_every_anchor(ref: str) -> None
     assert isinstance(entry, Found)
     with_cancel = ref not in RELEASES or int(ref.rsplit(".", 1)[1]) >= 68  # not 69
     assert ("cancel_receiver" in entry.detail) == with_cancel
+    # The runner's own task queue: on main, in no release.
+    assert anchors.runner_main(show(anchors.RUNNER_FILE)).found == (ref == "b5375f8cee43")

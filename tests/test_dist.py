@@ -55,29 +55,31 @@ def test_the_wheel_carries_metadata_patches_and_entry_points(dist: Dist) -> None
     assert sorted(runtime) == ["anyio>=4.4", "loguru>=0.7", "psutil>=7.2.1"]
     assert "exo-orphan-guard = exo_orphan_guard.tools.cli:entry_point" in entry_points
     assert "exo_orphan_guard/py.typed" in names
-    for series in patching.load_series():
+    for series in [*patching.load_series(), *patching.load_series(patching.WITH_PACKAGE_DIR)]:
         assert series.directory is not None
         directory = series.directory.relative_to(patching.PATCHES_DIR.parents[2]).as_posix()
         for patch_name, _ in series.diffs:
             assert f"{directory}/{patch_name}" in names
-        assert f"{directory}/{patching.COVER_LETTER}" in names
+        if series.directory.parent == patching.PATCHES_DIR:  # the PR's, not the local one
+            assert f"{directory}/{patching.COVER_LETTER}" in names
     for version in bugfix.VERSIONS:  # the separate bugfix series
         stored = bugfix.patches(version)
         assert stored, version
         for patch in stored:
             assert f"exo_orphan_guard/exo/patches/bugfix/{version}/{patch.name}" in names
-    for path in placement.new_files():  # what the series adds to exo's tree
-        assert f"exo_orphan_guard/exo/exo_tree/{path}" in names
+    for footprint in (placement.WORK_QUEUE, placement.RELAY, placement.WITH_PACKAGE):
+        root = footprint.root.relative_to(patching.PATCHES_DIR.parents[2]).as_posix()
+        for path in placement.new_files(footprint):  # what the series add to exo's tree
+            assert f"{root}/{path}" in names
 
 
 def test_the_sdist_builds_the_same_package(dist: Dist) -> None:
     with tarfile.open(dist.sdist) as sdist:
         names = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     assert {"pyproject.toml", "README.md", "exo_orphan_guard/_version.py"} <= names
-    assert "exo_orphan_guard/exo/patches/main/0003-sweep-before-the-worker-s-plan-loop.patch" in (
-        names
-    )
-    assert "exo_orphan_guard/exo/exo_tree/src/exo/worker/orphan_guard.py" in names
+    assert f"exo_orphan_guard/exo/patches/main/{patching.PATCH_NAMES[2]}" in names
+    assert "exo_orphan_guard/exo/exo_tree/src/exo/worker/runner/parent_watch.py" in names
+    assert "exo_orphan_guard/exo/exo_tree_with_package/src/exo/worker/orphan_guard.py" in names
 
 
 def test_the_wheel_installs_into_a_clean_venv_and_passes_its_selftest(

@@ -136,7 +136,8 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
     version: str, tmp_path: Path, tools: Path, package_path: Path
 ) -> None:
     tree = pristine(tmp_path, version)
-    files = [path for path in patch_tree(tree, version) if path.endswith(".py")]
+    changed = patch_tree(tree, version, with_package=True)  # both series
+    files = [path for path in changed if path.endswith(".py")]
     ruff = ruff_at(version, tools)
     for check in (["check"], ["format", "--check"]):
         checked = subprocess.run(
@@ -151,20 +152,20 @@ def test_exos_ruff_and_basedpyright_pass_on_every_file_the_hooks_change(
         assert checked.returncode == 0, f"with package: {with_package}\n{checked.stdout}"
         assert summary == ["0 errors, 0 warnings, 0 notes"], checked.stdout
 
-    # The same checks fail on the runner's call made wrong (spaces ruff format takes
-    # out, an argument missing): they can fail.
-    bootstrap = tree / anchors.ENTRYPOINT_FILE
-    text = bootstrap.read_text()
-    placed = "    guard_runner(bound_instance, task_receiver)\n"
+    # The same checks fail on the worker's call made wrong (spaces ruff format takes
+    # out, an argument too many): they can fail.
+    main = tree / anchors.WORKER_FILE
+    text = main.read_text()
+    placed = "        await end_leftover_runners()\n"
     assert placed in text
-    bootstrap.write_text(text.replace(placed, "    guard_runner( bound_instance )\n"))
+    main.write_text(text.replace(placed, "        await end_leftover_runners( True )\n"))
     formatted = subprocess.run(
-        [str(ruff), "format", "--check", str(bootstrap)], cwd=tree, capture_output=True
+        [str(ruff), "format", "--check", str(main)], cwd=tree, capture_output=True
     )
     assert formatted.returncode != 0
     checked = basedpyright(tools, tree, python, files, package_path)
     assert checked.returncode != 0 and "reportCallIssue" in checked.stdout, checked.stdout
-    bootstrap.write_text(text)
+    main.write_text(text)
 
 
 @versions
@@ -173,20 +174,22 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
 ) -> None:
     by_am = pristine(tmp_path / "am", version)
     patches = patching.patch_files(patching.PATCHES_DIR / version)
-    am = subprocess.run(
-        [*GIT, "-C", str(by_am), "am", "-q", *map(str, patches)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert am.returncode == 0, am.stdout + am.stderr
+    local = patching.patch_files(patching.WITH_PACKAGE_DIR / version)
+    for series in (patches, local):  # the PR, then the local series on top
+        am = subprocess.run(
+            [*GIT, "-C", str(by_am), "am", "-q", *map(str, series)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert am.returncode == 0, am.stdout + am.stderr
     log = subprocess.run(
-        ["git", "-C", str(by_am), "log", "--format=%an <%ae>%n%s", f"-{len(patches)}"],
+        ["git", "-C", str(by_am), "log", "--format=%s", f"-{len(patches) + len(local)}"],
         capture_output=True,
         text=True,
         check=True,
-    ).stdout
-    assert log.count("exo-orphan-guard <") == len(patches)
+    ).stdout.splitlines()
+    assert all(subject.startswith("feature: ") for subject in log), log
 
     by_apply = pristine(tmp_path / "apply", version)
     from exo_orphan_guard.exo import patch_command
@@ -205,9 +208,12 @@ def test_git_am_of_the_series_gives_patch_applys_tree_and_git_status_shows_only_
         check=True,
     ).stdout.splitlines()
     series = next(s for s in patching.load_series() if s.name == version)
+    with_package = patching.load_series(patching.WITH_PACKAGE_DIR)
+    local_series = next(s for s in with_package if s.name == version)
     # --source also writes the extra and its source into pyproject.toml (the series
-    # itself no longer names the package: issue 29).
-    assert {line[3:] for line in status} == {*series.files, "pyproject.toml"}, status
+    # itself no longer names the package: issue 29), and adds the local series.
+    changed = {*series.files, *local_series.files, "pyproject.toml"}
+    assert {line[3:] for line in status} == changed, status
     assert (by_apply / ".git" / "orphan-guard-undo.json").is_file()
     patch_command.run("revert", by_apply, None, say=lambda _line: None)
     assert (

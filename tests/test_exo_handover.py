@@ -1,4 +1,4 @@
-"""exo's own hooks module alone (`exo_tree/.../orphan_guard.py`) in exo-shaped runners
+"""exo's own parent watch alone (`exo_tree/.../runner/parent_watch.py`) in exo-shaped runners
 (`rig.exo_runner`): when the worker is SIGKILLed, each runner is handed its own
 Shutdown on its task stream and ends through its loop as soon as that loop looks at
 its tasks: an idle runner at once, one in a long GIL-free native call once it

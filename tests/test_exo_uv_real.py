@@ -107,6 +107,9 @@ def test_apply_with_a_source_on_real_exo_locks_or_says_why_and_reverts_exactly(
     series = next(s for s in patching.load_series() if s.name == version)
     files = len(series.files)
     assert lines[0] == f"series {version} ({files} files) applied in {tree}"
+    # --source adds the extra: the local series goes on top of the PR.
+    assert lines[1] == f"local series {version} (the package's part inside exo): applied"
+    del lines[1]
     assert lines[1] == f"source: {wheel} (wheel), with the orphan-guard extra"
     assert f'exo-orphan-guard = {{ path = "{wheel}" }}\n' in (tree / "pyproject.toml").read_text()
     assert applied.returncode == 0, applied.stderr
@@ -120,8 +123,9 @@ def test_apply_with_a_source_on_real_exo_locks_or_says_why_and_reverts_exactly(
     assert len(lines) == 3
 
     checked = cli(environment, "patch", "check", "--exo", str(tree))
-    assert checked.stdout.splitlines()[:2] == [
+    assert checked.stdout.splitlines()[:3] == [
         f"series {version} fits {tree}: applied",
+        "local series (the package's part inside exo): applied",
         f"source: {wheel}",
     ]
 
@@ -139,7 +143,7 @@ def test_without_a_source_real_exos_lock_stays_current(tmp_path: Path, version: 
     before = tree_digests(tree)
     applied = cli(environment, "patch", "apply", "--exo", str(tree))
     assert applied.returncode == 0, applied.stderr
-    assert applied.stdout.splitlines()[2] == (
+    assert applied.stdout.splitlines()[3] == (
         "uv.lock: nothing to lock (pyproject.toml is unchanged)"
     )
     check = subprocess.run(

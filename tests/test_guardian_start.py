@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from exo_orphan_guard.exo.guardian_start import ensure_guardian
-from exo_orphan_guard.records import guardian_state
+from exo_orphan_guard.records import guardian_state, handover_marker
 from exo_orphan_guard.records.registry import Registry, RunnerRecord
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system import boot_id, process_group, settings
@@ -127,7 +127,9 @@ def test_a_second_guardian_started_by_a_worker_leaves_at_once(isolated_environme
 def test_exos_worker_hook_sweeps_then_starts_a_guardian(
     isolated_environment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """What the series' `guard_worker()` reaches with the package installed."""
+    """What the local series' `guard_worker()` reaches with the package installed: the
+    hand-over marker for this worker (its runners hand themselves Shutdown), the
+    sweep, a guardian."""
     monkeypatch.setenv(settings.TOGGLE_ENV, "true")
     worker = subprocess.Popen(
         [
@@ -142,6 +144,8 @@ def test_exos_worker_hook_sweeps_then_starts_a_guardian(
         state = _running(isolated_environment)
         assert state is not None and state.mode == "worker"
         os.kill(state.pid, signal.SIGTERM)
+        started = psutil.Process(worker.pid).create_time()
+        assert handover_marker.hands_over(settings.registry_dir(), worker.pid, started)
     finally:
         worker.kill()
         worker.wait()

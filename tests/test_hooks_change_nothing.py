@@ -1,10 +1,12 @@
 """exo's worker, guarded with the package installed, and its runner are the same
 processes after their hooks as before them (issue 35: no class or module of exo or its
 libraries patched, nothing of the process changed). A fresh interpreter loads the
-series' own module (`exo/worker/orphan_guard.py`) over the exo-shaped types, as exo's
-processes have it, and looks at itself (`tests.helpers.self_look`) before and after
-its hook: `await guard_worker()` in the worker (the marker, the start-up sweep, a
-guardian started), `guard_runner(...)` in a spawned runner. The look: every attribute
+series' own modules over the exo-shaped types, as exo's processes have them, and looks
+at itself (`tests.helpers.self_look`) before and after its hook: the local series'
+`await guard_worker()` (`exo/worker/orphan_guard.py`) and the PR's `await
+end_leftover_runners()` in the worker (the marker, the start-up sweeps, a guardian
+started), the PR's `watch_parent(...)` (`exo/worker/runner/parent_watch.py`) in a
+spawned runner. The look: every attribute
 of the modules of exo, loguru, multiprocessing, anyio, threading, signal and logging,
 and of the classes they define; its signal handlers and mask, process group, session,
 environment, loguru's sinks, logging's handlers and its children. The guardian the
@@ -41,8 +43,13 @@ import anyio
 from tests.helpers import self_look
 self_look.load_what_exo_has()
 before = self_look.look()
-module = self_look.load_in_tree_module("exo.worker.orphan_guard", sys.argv[3])
-anyio.run(module.guard_worker)
+import importlib
+local = importlib.import_module("exo.worker.orphan_guard")
+sweep = importlib.import_module("exo.worker.runner.leftover_runners")
+async def start():
+    await local.guard_worker()
+    await sweep.end_leftover_runners()
+anyio.run(start)
 for thread in threading.enumerate():
     if thread.name == "exo-orphan-guard-guardian":
         thread.join(30)
@@ -115,6 +122,6 @@ def test_exos_runner_is_the_same_process_after_the_hook(
     )
     assert spawned.returncode == 0, spawned.stderr
     said = json.loads(out.read_text())
-    assert said["new threads"] == ["exo-orphan-guard"]  # it acted
+    assert said["new threads"] == ["parent-watch"]  # it acted
     assert said["changed"] == {}
     assert not said["package imported"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from exo_orphan_guard.exo import anchors, patching, refusal
+from exo_orphan_guard.exo import anchors, patching, placement, refusal
 from exo_orphan_guard.tools import cli
 from tests.test_patching import SERIES, build_tree, snapshot
 
@@ -37,6 +37,10 @@ def entrypoint(
 ) -> None:
     global logger
     logger = _logger
+    try:
+        run()
+    finally:
+        close()
 """
 WORKER = """\
 class Worker:
@@ -47,6 +51,7 @@ class Worker:
 CONSTANTS = """\
 import os
 
+EXO_CACHE_HOME = Path.home() / ".exo"
 EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"
 """
 TASKS = """\
@@ -115,7 +120,7 @@ def test_a_pristine_tree_of_another_version_is_placed_not_refused(tmp_path: Path
     before = snapshot(tmp_path)
     status, changed = patching.apply(tmp_path)
     assert changed and status.series.name == patching.PLACED
-    assert "guard_runner(bound_instance, task_receiver)" in (
+    assert "task_receiver = relay_tasks(bound_instance, task_receiver)" in (
         (tmp_path / anchors.ENTRYPOINT_FILE).read_text()
     )
     assert patching.revert(tmp_path)[1] is True
@@ -142,7 +147,8 @@ def test_a_missing_anchor_is_named_with_its_file_and_version(tmp_path: Path) -> 
         "event_sender, task_receiver, cancel_receiver, _logger))",
         f"anchor Worker.plan_step: missing, {anchors.WORKER_FILE}: first statement differs: "
         "`while self.running:` at line 3, expected `while True:`",
-        f"anchor constants: found, {anchors.CONSTANTS_FILE}:1 (`import os` at the top level)",
+        f"anchor constants: found, {anchors.CONSTANTS_FILE}:1 (`import os` and "
+        "`EXO_CACHE_HOME` at the top level)",
         f"anchor Shutdown: found, {anchors.TASKS_FILE}:5 (Shutdown(BaseTask): instance_id from "
         "BaseTask, runner_id from Shutdown)",
     ]
@@ -225,13 +231,15 @@ def test_a_tree_patched_then_edited_does_not_come_out_and_says_where(tmp_path: P
     patching.apply(tmp_path)
     main = tmp_path / anchors.WORKER_FILE
     hooked = main.read_bytes()
-    main.write_bytes(hooked.replace(b"await guard_worker()", b"await guard_worker()  # mine"))
+    main.write_bytes(
+        hooked.replace(b"await end_leftover_runners()", b"await end_leftover_runners()  # mine")
+    )
     before = snapshot(tmp_path)
     with pytest.raises(patching.PatchError) as raised:
         patching.revert(tmp_path)
     assert str(raised.value) == (
         f"the hooks are in exo v1.0.71 at {tmp_path} but do not come out again: "
-        f"{anchors.WORKER_FILE} has orphan_guard lines where the series puts none; "
+        f"{anchors.WORKER_FILE} has the series' lines where the series puts none; "
         "nothing changed"
     )
     assert raised.value.details[-1].startswith("what to do: the hooks' lines in ")
@@ -241,7 +249,7 @@ def test_a_tree_patched_then_edited_does_not_come_out_and_says_where(tmp_path: P
 def test_hooks_that_are_partly_in_are_named_not_doubled(tmp_path: Path) -> None:
     another_exo(tmp_path, tag=None)
     patching.apply(tmp_path)
-    (tmp_path / "src/exo/worker/orphan_guard.py").unlink()
+    (tmp_path / placement.SWEEP_MODULE).unlink()
     before = snapshot(tmp_path)
     with pytest.raises(patching.PatchError, match="the hooks are partly in"):
         patching.apply(tmp_path)

@@ -80,7 +80,9 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
 
     code, out, _ = run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))
     assert code == 0  # applied; the line below says uv.lock still needs locking
-    assert out[1:] == [
+    # --source adds the extra: the local series goes in with the PR.
+    assert out[1] == "local series main (the package's part inside exo): applied"
+    assert out[2:] == [
         f"source: {wheel} (wheel), with the orphan-guard extra",
         "uv.lock: not updated (uv is not on PATH); until it is, `uv run exo` re-locks: "
         f"run: cd {tree} && uv lock",
@@ -93,6 +95,7 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     assert (code, out[1:]) == (
         0,
         [
+            "local series (the package's part inside exo): applied",
             f"source: {wheel}",
             "uv.lock: not checked (uv is not on PATH)",
             f"undo record: {uv_project.undo_path(tree)} (what revert puts back)",
@@ -103,7 +106,8 @@ def test_source_entry_and_uv_lock_come_back_byte_for_byte(
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
     assert code == 0
     assert out[0] == "source: exo-orphan-guard entry removed"
-    assert out[2] == f"uv.lock: changed after apply, left as it is: run: cd {tree} && uv lock"
+    assert out[1] == "local series (the package's part inside exo) reverted"
+    assert out[3] == f"uv.lock: changed after apply, left as it is: run: cd {tree} && uv lock"
     (tree / "uv.lock").write_bytes(before["uv.lock"])
     assert snapshot(tree) == before
     assert b"[tool.uv.sources]\n" + uv_project.Source(wheel, "wheel").entry_line() in pyproject
@@ -123,7 +127,7 @@ def test_without_a_readable_undo_record_revert_leaves_source_and_lock_and_says_s
     assert out[0].startswith(
         f"source: no record of what apply changed ({uv_project.undo_path(tree)})"
     )
-    assert out[1].endswith("reverted in " + str(tree)) and len(out) == 2
+    assert out[2].endswith("reverted in " + str(tree)) and len(out) == 3
     assert uv_project.declared_source((tree / "pyproject.toml").read_bytes()) == str(wheel)
     assert not uv_project.undo_path(tree).exists()
 
@@ -139,7 +143,7 @@ def test_a_second_apply_with_another_source_replaces_the_entry_and_revert_still_
     assert run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(wheel))[0] == 0
     code, out, _ = run(capsys, "patch", "apply", "--exo", str(tree), "--source", str(checkout))
     assert code == 0 and "already applied: nothing changed" in out[0]
-    assert out[1] == f"source: {checkout} (checkout), with the orphan-guard extra"
+    assert out[2] == f"source: {checkout} (checkout), with the orphan-guard extra"
     text = (tree / "pyproject.toml").read_text()
     assert text.count("exo-orphan-guard = {") == 1 and str(wheel) not in text
     assert run(capsys, "patch", "revert", "--exo", str(tree))[0] == 0
@@ -247,9 +251,11 @@ def test_the_undo_record_of_a_git_checkout_is_in_its_git_directory_and_git_statu
         text=True,
     ).stdout.splitlines()
     changed = {line[3:] for line in status}
-    created = {diff.path for _, diff in SERIES.diffs if diff.old_path is None}
+    local = patching.load_series(patching.WITH_PACKAGE_DIR)
+    every = [SERIES, *(series for series in local if series.name == SERIES.name)]
+    created = {diff.path for series in every for _, diff in series.diffs if diff.old_path is None}
     assert all(line.startswith((" M", "M ")) for line in status if line[3:] not in created), status
-    assert changed <= {*SERIES.files, "pyproject.toml"}
+    assert changed <= {*(path for series in every for path in series.files), "pyproject.toml"}
     code, out, _ = run(capsys, "patch", "revert", "--exo", str(tree))
     assert code == 0 and out[0] == "source: exo-orphan-guard entry removed"
     assert not uv_project.undo_path(tree).exists()

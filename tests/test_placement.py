@@ -40,7 +40,28 @@ class Shutdown(BaseTask):
 """
 
 
-CONSTANTS = ["import os", "", 'EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"']
+CONSTANTS = [
+    "import os",
+    "from pathlib import Path",
+    "",
+    'EXO_CACHE_HOME = Path.home() / ".cache" / "exo"',
+    'EXO_OFFLINE = os.getenv("EXO_OFFLINE", "false").lower() == "true"',
+]
+RUNNER = [
+    "import queue",
+    "",
+    "from exo.worker.runner.bootstrap import logger",
+    "",
+    "",
+    "class Runner:",
+    "    def __init__(self, bound_instance):",
+    "        self.bound_instance = bound_instance",
+    "        self._work_queue = queue.Queue()",
+    "",
+    "    def main(self):",
+    "        self._start_task_reader()",
+    '        logger.info("runner running")',
+]
 
 
 def shaped_tree(
@@ -51,6 +72,7 @@ def shaped_tree(
     cancel: bool = True,
     loop_comment: bool = True,
     crlf: bool = False,
+    work_queue: bool = True,
 ) -> dict[str, bytes]:
     """A small exo whose anchors sit in one of the shapes exo's history has had."""
     signature = [
@@ -62,11 +84,14 @@ def shaped_tree(
     ]
     body = [
         *(['    """The runner: set up, then run."""', ""] if docstring else []),
-        *(["    # Settle the logger first."] if comment else []),
         "    global logger",
         "    logger = _logger",
         "",
-        '    logger.info("runner started")',
+        "    try:",
+        *(["        # Run it."] if comment else []),
+        '        logger.info("runner started")',
+        "    finally:",
+        '        logger.info("bye")',
     ]
     bootstrap = [
         "import loguru",
@@ -97,6 +122,7 @@ def shaped_tree(
         anchors.WORKER_FILE: ending.join(worker) + ending,
         anchors.TASKS_FILE: TASKS,
         anchors.CONSTANTS_FILE: ending.join(CONSTANTS) + ending,
+        **({anchors.RUNNER_FILE: ending.join(RUNNER) + ending} if work_queue else {}),
         "src/exo/worker/runner/supervisor.py": "# exo main's supervisor\n",
         "pyproject.toml": EXO_RUFF_CONFIG,
     }
@@ -106,10 +132,17 @@ def shaped_tree(
     return snapshot(root)
 
 
-SHAPE_NAMES: tuple[str, ...] = ("docstring", "comment", "cancel", "loop_comment", "crlf")
+SHAPE_NAMES: tuple[str, ...] = (
+    "docstring",
+    "comment",
+    "cancel",
+    "loop_comment",
+    "crlf",
+    "work_queue",
+)
 SHAPES: list[dict[str, bool]] = [
     dict(zip(SHAPE_NAMES, values, strict=True))
-    for values in itertools.product((False, True), repeat=5)
+    for values in itertools.product((False, True), repeat=len(SHAPE_NAMES))
 ]
 
 
@@ -118,34 +151,57 @@ def shape_id(shape: dict[str, bool]) -> str:
 
 
 def test_every_shape_is_placed_compiles_and_reverts_byte_for_byte(tmp_path: Path) -> None:
-    """32 shapes: where the blank lines, a docstring or a comment sit, cancel_receiver
-    or not, CRLF or LF; each applied, checked, applied again and reverted."""
+    """64 shapes: where the blank lines, a docstring or a comment sit, cancel_receiver
+    or not, CRLF or LF, the runner's own task queue or not; each applied with the local
+    series, checked, applied again and reverted."""
     for number, shape in enumerate(SHAPES):
         tree = tmp_path / f"t{number}"
         original = shaped_tree(tree, **shape)
-        status, changed = patching.apply(tree)
+        status, changed = patching.apply(tree, with_package=True)
         assert changed and status.series.name == patching.PLACED, shape_id(shape)
+        assert status.local is not None
         patched = snapshot(tree)
-        bootstrap = patched[anchors.ENTRYPOINT_FILE].decode()
         newline = "\r\n" if shape["crlf"] else "\n"
-        runner_block = (
-            f"    from exo.worker.orphan_guard import guard_runner{newline}{newline}"
-            f"    guard_runner(bound_instance, task_receiver){newline}{newline}"
+        bootstrap = patched[anchors.ENTRYPOINT_FILE].decode()
+        relay = (
+            f"        from exo.worker.runner.task_relay import relay_tasks{newline}{newline}"
+            f"        task_receiver = relay_tasks(bound_instance, task_receiver){newline}"
+            f"{newline}"
         )
-        assert runner_block in bootstrap, shape_id(shape)
-        # First in the body: after the docstring, before any comment or statement.
-        head, _, tail = bootstrap.partition(runner_block)
-        assert head.rstrip().endswith('"""' if shape["docstring"] else ") -> None:")
-        assert tail.lstrip().startswith("# Settle" if shape["comment"] else "global logger")
+        if shape["work_queue"]:
+            assert "relay_tasks" not in bootstrap
+            assert placement.RELAY_MODULE not in patched
+            runner = patched[anchors.RUNNER_FILE].decode()
+            watch = (
+                f"    def main(self):{newline}"
+                f"        from exo.worker.runner.parent_watch import watch_parent{newline}"
+                f"{newline}"
+                f"        watch_parent(self.bound_instance, self._work_queue.put){newline}"
+                f"{newline}        self._start_task_reader(){newline}"
+            )
+            assert watch in runner, shape_id(shape)
+        else:
+            # First in the try, after logger = _logger: inside exo's error handling.
+            head, _, tail = bootstrap.partition(relay)
+            assert head.rstrip().endswith("try:"), shape_id(shape)
+            assert tail.lstrip().startswith("# Run" if shape["comment"] else "logger.info")
         main = patched[anchors.WORKER_FILE].decode()
         before_loop = "        # Plan" if shape["loop_comment"] else "        while True:"
-        assert f"        await guard_worker(){newline}{newline}{before_loop}" in main
+        assert (
+            f"        await guard_worker(){newline}{newline}"
+            f"        from exo.worker.runner.leftover_runners import end_leftover_runners"
+            f"{newline}{newline}        await end_leftover_runners(){newline}{newline}"
+            f"{before_loop}"
+        ) in main
         constants = patched[anchors.CONSTANTS_FILE].decode()
-        assert constants.endswith(f'"true"{newline}{newline}{placement.TOGGLE_LINE}{newline}')
-        for path in (*placement.HOOKED_FILES, anchors.CONSTANTS_FILE):
+        settings = newline.join(placement.SETTINGS)
+        assert constants.endswith(f'"true"{newline}{newline}{settings}{newline}')
+        for path in (anchors.ENTRYPOINT_FILE, anchors.WORKER_FILE, anchors.CONSTANTS_FILE):
             compile(patched[path], path, "exec")
-        assert patching.check(tree).state == "applied"
-        assert patching.apply(tree)[1] is False and snapshot(tree) == patched
+        status = patching.check(tree)
+        assert status.state == "applied" and status.local is not None
+        assert patching.apply(tree, with_package=True)[1] is False
+        assert snapshot(tree) == patched
         assert patching.revert(tree)[1] is True
         assert snapshot(tree) == original, shape_id(shape)
 
@@ -159,11 +215,12 @@ def test_every_shape_patched_passes_exos_ruff_rules(tmp_path: Path) -> None:
             continue  # ruff format would keep CRLF; one line-ending style is enough here
         tree = tmp_path / f"t{number}"
         shaped_tree(tree, **shape)
-        patching.apply(tree)
+        patching.apply(tree, with_package=True)
     files = [str(path) for path in tmp_path.rglob("*.py") if "types" not in path.parts]
-    # F821: the made-up trees name exo's types without importing them.
+    # F821: the made-up trees name exo's types without importing them. BLE001: this
+    # checkout's newer ruff counts blind-except among exo's B rules; exo's 0.14 does not.
     for command in (
-        ["check", "--no-cache", "--ignore", "F821"],
+        ["check", "--no-cache", "--ignore", "F821", "--extend-ignore", "BLE001"],
         ["format", "--check", "--no-cache"],
     ):
         result = subprocess.run(
@@ -176,34 +233,41 @@ def test_every_shape_patched_passes_exos_ruff_rules(tmp_path: Path) -> None:
 
 
 WORKER = b"class Worker:\n    async def plan_step(self):\n        while True:\n            pass\n"
+ENTRYPOINT = (
+    b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n"
+    b"    global logger\n    logger = _logger\n    try:\n        pass\n    finally:\n        pass\n"
+)
+CONSTANTS_SOURCE = b"import os\n\nEXO_CACHE_HOME = None\n"
 
 
 def test_placement_is_pure_and_its_inverse_is_exact() -> None:
-    source = b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n"
     contents: dict[str, bytes | None] = {
-        anchors.ENTRYPOINT_FILE: source,
+        anchors.ENTRYPOINT_FILE: ENTRYPOINT,
         anchors.WORKER_FILE: WORKER,
-        anchors.CONSTANTS_FILE: b"import os\n\nX = 1\n",
+        anchors.CONSTANTS_FILE: CONSTANTS_SOURCE,
         anchors.TASKS_FILE: TASKS.encode(),
     }
-    placed = placement.placement(contents)
+    footprint = placement.pr_footprint(contents)
+    assert footprint is placement.RELAY  # no runner.py: no task queue of its own
+    placed = placement.placement(contents, footprint)
     assert isinstance(placed, placement.Placed) and placed.state == "not applied"
-    again = placement.placement({**contents, **placed.patched})
+    again = placement.placement({**contents, **placed.patched}, footprint)
     assert isinstance(again, placement.Placed) and again.state == "applied"
     assert again.original == {path: contents.get(path) for path in again.original}
 
 
 def test_a_tree_with_the_hooks_elsewhere_is_not_hooked_twice() -> None:
     contents: dict[str, bytes | None] = {
-        anchors.ENTRYPOINT_FILE: b"from exo.worker import orphan_guard\n\n"
-        b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n",
-        anchors.WORKER_FILE: WORKER,
-        anchors.CONSTANTS_FILE: b"import os\n",
+        anchors.ENTRYPOINT_FILE: ENTRYPOINT,
+        anchors.WORKER_FILE: (
+            b"from exo.worker.runner.leftover_runners import end_leftover_runners\n\n" + WORKER
+        ),
+        anchors.CONSTANTS_FILE: CONSTANTS_SOURCE,
         anchors.TASKS_FILE: TASKS.encode(),
     }
-    problem = placement.placement(contents)
+    problem = placement.placement(contents, placement.RELAY)
     assert isinstance(problem, placement.Problem)
-    assert problem.reason.endswith("has orphan_guard lines where the series puts none")
+    assert problem.reason.endswith("has the series' lines where the series puts none")
 
 
 def git_tree(tree: Path) -> None:
@@ -244,14 +308,15 @@ def test_export_of_a_placed_tree_then_git_am_gives_what_apply_gives(
         check=True,
     ).stdout.splitlines()
     assert log == [
-        "feature: sweep before the worker's plan loop",
-        "feature: guard runners from the top of entrypoint",
-        "feature: add optional orphan-guard hooks module",
+        "feature: End leftover runners before planning",
+        "feature: Hand runners Shutdown if worker dies",
+        "feature: Add runner records and guard settings",
     ]
     cover = (tmp_path / "out" / patching.COVER_LETTER).read_text()
-    # The two calls, four lines each, and the toggle after its blank line.
-    added = sum(data.count(b"\n") for data in placement.new_files().values()) + 8 + 2
-    files = len(placement.new_files()) + 3
+    # The two calls, four lines each, and the settings after their blank line.
+    new = placement.new_files(placement.WORK_QUEUE)
+    added = sum(data.count(b"\n") for data in new.values()) + 8 + 1 + len(placement.SETTINGS)
+    files = len(new) + 3
     assert f" {files} files changed, {added} insertions(+)\n" in cover
 
 
@@ -286,14 +351,15 @@ def test_exo_releases_the_stored_series_does_not_fit_are_placed(
     contents = {path: original.get(path) for path in current.files}
     fits = patching._try(current.diffs, contents, reverse=False)  # pyright: ignore[reportPrivateUsage]
     assert not isinstance(fits, dict)
-    status, changed = patching.apply(tree)
+    status, changed = patching.apply(tree, with_package=True)
     assert changed and status.series.name == patching.PLACED
-    changed_files = [*placement.HOOKED_FILES, anchors.CONSTANTS_FILE]
+    changed_files = [anchors.ENTRYPOINT_FILE, anchors.WORKER_FILE, anchors.CONSTANTS_FILE]
+    new = [*placement.new_files(placement.RELAY), *placement.new_files(placement.WITH_PACKAGE)]
     ruff = pinned_ruff(tree)
     if ruff is not None:
         for command in (["check"], ["format", "--check"]):
             result = subprocess.run(
-                [str(ruff), *command, "--no-cache", *changed_files, *placement.new_files()],
+                [str(ruff), *command, "--no-cache", *changed_files, *new],
                 cwd=tree,
                 env={**os.environ, "PYTHONPATH": str(ruff.parent.parent)},
                 capture_output=True,
@@ -305,7 +371,25 @@ def test_exo_releases_the_stored_series_does_not_fit_are_placed(
     assert patching.revert(tree)[1] is True and snapshot(tree) == original
     # export, then git am onto the pristine tree: the same bytes as apply.
     git_tree(tree)
-    export_then_am(tree, tmp_path / "out", capsys)
+    assert cli.main(["patch", "export", "--exo", str(tree), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        cli.main(
+            [
+                "patch",
+                "export",
+                "--exo",
+                str(tree),
+                "--with-package",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    for directory in (tmp_path / "out", tmp_path / "out" / "with-package"):
+        patches = sorted(str(path) for path in directory.glob("000[1-9]-*.patch"))
+        subprocess.run([*GIT, "-C", str(tree), "am", "-q", *patches], check=True)
     assert {
         path: data for path, data in snapshot(tree).items() if not path.startswith(".git/")
     } == patched
@@ -321,13 +405,23 @@ def test_the_stored_series_is_what_placement_writes_for_its_tree(tmp_path: Path,
     directory = patching.PATCHES_DIR / name
     stored = {path.name: path.read_bytes() for path in directory.glob("*.patch")}
     assert generated == stored
-    placed = placement.placement({path: original.get(path) for path in placement.inputs()})
+    local = dict(patch_command._generated_local(tree, imports_at_top=True))  # pyright: ignore[reportPrivateUsage]
+    stored_local = patching.WITH_PACKAGE_DIR / name
+    assert local == {path.name: path.read_bytes() for path in stored_local.glob("*.patch")}
+    contents = {path: original.get(path) for path in placement.inputs()}
+    placed = placement.placement(contents, placement.pr_footprint(contents))
     assert isinstance(placed, placement.Placed)
     at_top = placement.imports_at_top(placed)
     assert isinstance(at_top, placement.Placed)
-    status, _ = patching.apply(tree)
+    status, _ = patching.apply(tree, with_package=True)
     assert status.series.name == name  # the stored series, not placement
-    assert all(snapshot(tree).get(path) == data for path, data in at_top.patched.items())
+    assert status.local is not None and status.local.name == name
+    patched = snapshot(tree)
+    assert all(
+        patched.get(path) == data
+        for path, data in at_top.patched.items()
+        if path != anchors.WORKER_FILE  # the local series changes it too
+    )
 
 
 def test_format_patch_counts_and_blob_ids_are_gits(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Where the series' lines go in files of exo's shape, pure: the toggle after the last
+"""Where the series' lines go in files of exo's shape, pure: the settings after the last
 statement of `constants.py` with the blank lines ruff format wants (checked by ruff),
 the worker's import where ruff's isort puts it, and the trees with no such place
 refused with the reason."""
@@ -13,17 +13,22 @@ import pytest
 
 from exo_orphan_guard.exo import anchors, placement
 from exo_orphan_guard.rig import exo_runner
-from tests.test_placement import RUFF, TASKS, WORKER
+from tests.test_placement import ENTRYPOINT, RUFF, TASKS, WORKER
+
+CACHE = b"EXO_CACHE_HOME = None\n"
 
 
 def _contents(constants: bytes, worker: bytes = WORKER) -> dict[str, bytes | None]:
     return {
-        anchors.ENTRYPOINT_FILE: b"from exo.a import b\n\n\n"
-        b"def entrypoint(bound_instance, event_sender, task_receiver, _logger):\n    pass\n",
+        anchors.ENTRYPOINT_FILE: b"from exo.a import b\n\n\n" + ENTRYPOINT,
         anchors.WORKER_FILE: worker,
         anchors.CONSTANTS_FILE: constants,
         anchors.TASKS_FILE: TASKS.encode(),
     }
+
+
+def _placed(contents: dict[str, bytes | None]) -> placement.Placed | placement.Problem:
+    return placement.placement(contents, placement.RELAY)
 
 
 @pytest.mark.parametrize(
@@ -38,14 +43,15 @@ def _contents(constants: bytes, worker: bytes = WORKER) -> dict[str, bytes | Non
     ],
 )
 @pytest.mark.skipif(not RUFF.exists(), reason=f"no ruff beside {sys.executable}")
-def test_the_toggle_follows_constants_with_the_blank_lines_ruff_format_wants(
+def test_the_settings_follow_constants_with_the_blank_lines_ruff_format_wants(
     tmp_path: Path, ending: bytes, blank: int
 ) -> None:
-    constants = b'import os\n\nX = os.getenv("X")\n\n\n' + ending
-    placed = placement.placement(_contents(constants))
+    constants = b'import os\n\nX = os.getenv("X")\n' + CACHE + b"\n\n" + ending
+    placed = _placed(_contents(constants))
     assert isinstance(placed, placement.Placed)
     patched = placed.patched[anchors.CONSTANTS_FILE]
-    assert patched == constants + b"\n" * blank + placement.TOGGLE_LINE.encode() + b"\n"
+    settings = "".join(f"{line}\n" for line in placement.SETTINGS).encode()
+    assert patched == constants + b"\n" * blank + settings
     (tmp_path / "constants.py").write_bytes(patched or b"")
     formatted = subprocess.run(
         [str(RUFF), "format", "--check", "--no-cache", "--isolated", str(tmp_path)],
@@ -54,7 +60,7 @@ def test_the_toggle_follows_constants_with_the_blank_lines_ruff_format_wants(
         check=False,
     )
     assert formatted.returncode == 0, formatted.stdout
-    again = placement.placement({**_contents(constants), **placed.patched})
+    again = _placed({**_contents(constants), **placed.patched})
     assert isinstance(again, placement.Placed) and again.state == "applied"
     assert again.original[anchors.CONSTANTS_FILE] == constants
 
@@ -62,16 +68,20 @@ def test_the_toggle_follows_constants_with_the_blank_lines_ruff_format_wants(
 @pytest.mark.parametrize(
     ("constants", "says"),
     [
-        (b"import os\n\nEXO_ORPHAN_GUARD = True\n", "already has EXO_ORPHAN_GUARD"),
-        (b"import os\n\nX = 1", "does not end in one line ending after its code"),
-        (b"import os\n\nX = 1\n\n", "does not end in one line ending after its code"),
-        (b"from os import getenv\n", "no top-level `import os`"),
+        (b"import os\n\n" + CACHE + b"EXO_ORPHAN_GUARD = True\n", "already has EXO_ORPHAN_GUARD"),
+        (b"import os\n\n" + CACHE + b"X = 1", "does not end in one line ending after its code"),
+        (
+            b"import os\n\n" + CACHE + b"X = 1\n\n",
+            "does not end in one line ending after its code",
+        ),
+        (b"from os import getenv\n" + CACHE, "no top-level `import os`"),
+        (b"import os\n", "no top-level `EXO_CACHE_HOME`"),
     ],
 )
-def test_constants_with_no_place_for_the_toggle_are_refused_as_an_anchor(
+def test_constants_with_no_place_for_the_settings_are_refused_as_an_anchor(
     constants: bytes, says: str
 ) -> None:
-    problem = placement.placement(_contents(constants))
+    problem = _placed(_contents(constants))
     assert isinstance(problem, placement.Problem) and says in problem.reason
     assert problem.anchor is not None and problem.file == anchors.CONSTANTS_FILE
 
@@ -87,13 +97,16 @@ def test_constants_with_no_place_for_the_toggle_are_refused_as_an_anchor(
 )
 def test_the_import_goes_where_ruffs_isort_puts_it(head: bytes, where: int) -> None:
     worker = head + b"\n\n" + WORKER
-    placed = placement.placement(_contents(b"import os\n", worker))
+    placed = _placed(_contents(b"import os\n" + CACHE, worker))
     assert isinstance(placed, placement.Placed)
     at_top = placement.imports_at_top(placed)
     assert isinstance(at_top, placement.Placed)
     lines = (at_top.patched[anchors.WORKER_FILE] or b"").splitlines()
-    assert lines[where] == b"from exo.worker.orphan_guard import guard_worker"
-    assert b"        await guard_worker()" in lines
+    assert lines[where] == (b"from exo.worker.runner.leftover_runners import end_leftover_runners")
+    assert b"        await end_leftover_runners()" in lines
+    # The relay's import stays beside its call, where the runner's logger is set.
+    bootstrap = at_top.patched[anchors.ENTRYPOINT_FILE] or b""
+    assert b"        from exo.worker.runner.task_relay import relay_tasks\n" in bootstrap
 
 
 @pytest.mark.parametrize(
@@ -104,12 +117,13 @@ def test_the_import_goes_where_ruffs_isort_puts_it(head: bytes, where: int) -> N
     ],
 )
 def test_imports_that_cannot_go_at_the_top_say_why(worker: bytes, says: str) -> None:
-    placed = placement.placement(_contents(b"import os\n", worker))
+    placed = _placed(_contents(b"import os\n" + CACHE, worker))
     assert isinstance(placed, placement.Placed)
     problem = placement.imports_at_top(placed)
     assert isinstance(problem, placement.Problem) and says in problem.reason
 
 
-def test_the_exo_shaped_rig_reads_the_toggle_with_the_line_the_series_appends() -> None:
+def test_the_exo_shaped_rig_reads_the_settings_with_the_lines_the_series_appends() -> None:
     rig = Path(exo_runner.EXO_SHAPED, "exo", "shared", "constants.py").read_text()
-    assert rig.endswith(f"\n\n{placement.TOGGLE_LINE}\n")
+    settings = "".join(f"{line}\n" for line in placement.SETTINGS)
+    assert rig.endswith(f"\n\n{settings}")

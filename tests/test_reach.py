@@ -4,6 +4,7 @@ a git repository in tmp), the cache, the table, and the picture."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from bench import reach, reach_commits, reach_ruff, reach_table
 from bench.reach import AnchorResult, Record
-from exo_orphan_guard.exo import placement
+from exo_orphan_guard.exo import bugfix, patching, placement
 from tests.test_patch_refusal import GIT, another_exo, fitting_tree
 
 
@@ -47,6 +48,7 @@ def record(
         ruff_clean=True if reached else None,
         ruff_preexisting=False if reached else None,
         ruff_output="",
+        runner_hook="work queue" if reached else None,
         revert_exact=True if reached else None,
         reached=reached,
         seconds=0.5,
@@ -88,9 +90,11 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     # Another exo: the stored series does not fit, the hooks are placed at its anchors.
     placed = reach.measure(repository, commits[0], tmp_path / "w0", sys.executable, "f" * 16)
     assert placed["apply_exit"] == 0
-    files = len(placement.files())
+    files = len(placement.RELAY.files)
     assert placed["apply_line"].startswith(f"series placed at the anchors ({files} files) applied")
-    assert [anchor["found"] for anchor in placed["anchors"]] == [True, True, True, True]
+    found = [anchor["found"] for anchor in placed["anchors"]]
+    assert found == [True, True, True, True, False]  # no runner.py: the relay
+    assert placed["runner_hook"] == "relay"
     assert (placed["hooks"], placed["compiles"], placed["revert_exact"]) == (True, True, True)
     assert placed["ruff"] is None and placed["ruff_clean"] is None  # no uv.lock: no pin
     assert placed["reached"] and reach_table.stopped_at(placed) == "reached"
@@ -99,6 +103,7 @@ def test_a_tree_is_measured_from_archive_to_revert(tmp_path: Path) -> None:
     applied = reach.measure(repository, commits[1], tmp_path / "w1", sys.executable, "f" * 16)
     assert applied["apply_exit"] == 0 and applied["apply_line"].startswith("series main")
     assert (applied["hooks"], applied["compiles"], applied["revert_exact"]) == (True, False, True)
+    assert applied["runner_hook"] == "work queue"
     assert not applied["reached"]
     assert reach_table.stopped_at(applied) == "applied, but py_compile failed"
     assert not (tmp_path / "w0").exists() and not (tmp_path / "w1").exists()
@@ -173,6 +178,22 @@ def test_the_cache_keeps_only_this_fingerprints_records(tmp_path: Path) -> None:
 
 def test_the_fingerprint_follows_the_series_and_the_deciding_code() -> None:
     assert reach.fingerprint() == reach.fingerprint() and len(reach.fingerprint()) == 16
+
+
+def test_the_fingerprint_follows_what_apply_applies_and_not_the_bugfix_series(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patches = tmp_path / "patches"
+    shutil.copytree(patching.PATCHES_DIR, patches)
+    monkeypatch.setattr(patching, "PATCHES_DIR", patches)
+    monkeypatch.setattr(bugfix, "BUGFIX_DIR", patches / "bugfix")
+    before = reach.fingerprint()
+    for patch in (patches / "bugfix").rglob("*.patch"):
+        patch.write_bytes(patch.read_bytes() + b"\n")
+    assert reach.fingerprint() == before
+    (stored,) = (patches / "main").glob("0001-*.patch")
+    stored.write_bytes(stored.read_bytes() + b"\n")
+    assert reach.fingerprint() != before
 
 
 def test_the_tree_digest_sees_every_byte_and_every_file(tmp_path: Path) -> None:

@@ -1,13 +1,14 @@
 """Where exo's hooks can sit: the anchors that have not moved since exo v1.0.61.
 
 The stored series leans on import blocks and on runner code that churns, so it fits
-two exact trees. These four places have stayed as they are in every release from
+two exact trees. These places have stayed as they are in every release from
 v1.0.61 to v1.0.71, on main (b5375f8) and in the forks looked at (docs/exo.md,
 "Reach"):
 
 - `entrypoint(bound_instance, event_sender, task_receiver, [cancel_receiver,]
-  _logger)` in `src/exo/worker/runner/bootstrap.py`: the runner's first frame, its
-  own task stream in hand (cancel_receiver from v1.0.68 on);
+  _logger)` in `src/exo/worker/runner/bootstrap.py`, with `logger = _logger` then a
+  `try` that turns a runner's failures into exo's error path: the runner's first
+  frame, its own task stream in hand (cancel_receiver from v1.0.68 on);
 - `Worker.plan_step` in `src/exo/worker/main.py`, whose first statement is
   `while True:`: the worker's plan loop, inside `Worker.run`'s task group and its
   `try`, so what runs before the loop runs inside exo's error handling;
@@ -15,6 +16,13 @@ v1.0.61 to v1.0.71, on main (b5375f8) and in the forks looked at (docs/exo.md,
   toggles from the environment;
 - `Shutdown` in `src/exo/shared/types/tasks.py`, a task with `instance_id` (from
   its base) and `runner_id`: what a live worker sends to end a runner.
+
+And one that is newer: `Runner.main` in `src/exo/worker/runner/runner.py` whose first
+statement is `self._start_task_reader()`, the thread that feeds the runner's own
+in-process task queue, `self._work_queue` (exo #1993, from v1.0.71-5; in
+`runner/runner.py` from v1.0.71-7). Where it is, the parent watch hands the runner
+its Shutdown on that queue; elsewhere it goes on a task stream of the runner's own
+(`task_relay`), from the top of `entrypoint`'s `try`.
 
 They are found with the standard library's `ast`, so a reformatted or reordered file
 still has them, and one that lost them says exactly what it lost. Everything but
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, final
 
-AnchorName = Literal["entrypoint", "Worker.plan_step", "constants", "Shutdown"]
+AnchorName = Literal["entrypoint", "Worker.plan_step", "constants", "Shutdown", "Runner.main"]
 MissingReason = Literal[
     "file missing",
     "file unreadable",
@@ -47,13 +55,26 @@ ENTRYPOINT_FILE: Final = "src/exo/worker/runner/bootstrap.py"
 WORKER_FILE: Final = "src/exo/worker/main.py"
 TASKS_FILE: Final = "src/exo/shared/types/tasks.py"
 CONSTANTS_FILE: Final = "src/exo/shared/constants.py"
+RUNNER_FILE: Final = "src/exo/worker/runner/runner.py"
 
 ENTRYPOINT_PARAMETERS: Final = ("bound_instance", "event_sender", "task_receiver", "_logger")
 OPTIONAL_PARAMETER: Final = ("cancel_receiver", 3)
 """From exo v1.0.68 on, before `_logger`."""
 WORKER_FIRST_STATEMENT: Final = "while True:"
-WORKER_HOOK: Final = ("from exo.worker.orphan_guard import guard_worker", "await guard_worker()")
-"""What the series puts before `while True:`: skipped, so a hooked tree keeps its anchor."""
+RUNNER_FIRST_STATEMENT: Final = "self._start_task_reader()"
+LOGGER_STATEMENT: Final = "logger = _logger"
+HOOK_STATEMENTS: Final = (
+    "from exo.worker.runner.leftover_runners import end_leftover_runners",
+    "await end_leftover_runners()",
+    "from exo.worker.orphan_guard import guard_worker",
+    "await guard_worker()",
+    "from exo.worker.runner.parent_watch import watch_parent",
+    "watch_parent(self.bound_instance, self._work_queue.put)",
+    "from exo.worker.runner.task_relay import relay_tasks",
+    "task_receiver = relay_tasks(bound_instance, task_receiver)",
+)
+"""What the series put before an anchor's first statement: skipped, so a hooked tree
+keeps its anchor."""
 SHUTDOWN_FIELDS: Final = ("instance_id", "runner_id")
 
 
@@ -97,7 +118,15 @@ FILES: Final[dict[AnchorName, str]] = {
     "Worker.plan_step": WORKER_FILE,
     "constants": CONSTANTS_FILE,
     "Shutdown": TASKS_FILE,
+    "Runner.main": RUNNER_FILE,
 }
+REQUIRED: Final[tuple[AnchorName, ...]] = (
+    "entrypoint",
+    "Worker.plan_step",
+    "constants",
+    "Shutdown",
+)
+"""What every tree needs; `Runner.main` only decides where the runner's hook goes."""
 
 
 def find(tree: Path) -> tuple[Anchor, ...]:
@@ -111,12 +140,13 @@ def find(tree: Path) -> tuple[Anchor, ...]:
         except (OSError, UnicodeDecodeError) as error:
             texts[name] = Missing(name, relative, "file unreadable", str(error))
     return tuple(
-        text if isinstance(text, Missing) else _LOCATORS[name](text) for name, text in texts.items()
+        text if isinstance(text, Missing) else LOCATORS[name](text) for name, text in texts.items()
     )
 
 
 def all_found(anchors: Sequence[Anchor]) -> bool:
-    return all(anchor.found for anchor in anchors)
+    """Every anchor a tree needs (`REQUIRED`) is there."""
+    return all(anchor.found for anchor in anchors if anchor.anchor in REQUIRED)
 
 
 def entrypoint(source: str | None) -> Anchor:
@@ -151,7 +181,34 @@ def entrypoint(source: str | None) -> Anchor:
     extra = [*names[len(_expected(names)) :], *(name for name, _ in keywords)]
     also = f"; with defaults: {', '.join(extra)}" if extra else ""
     shown = ", ".join(names[: len(_expected(names))])
-    return _found("entrypoint", source or "", definition, f"entrypoint({shown}){also}")
+    guarded = try_after_logger(definition.body)
+    if guarded is None:
+        return _missing(
+            "entrypoint",
+            "first statement differs",
+            f"no `try` after `{LOGGER_STATEMENT}` in `entrypoint`: the runner's hook goes "
+            "inside exo's error handling",
+        )
+    found = _found("entrypoint", source or "", definition, f"entrypoint({shown}){also}")
+    first = _first_unhooked(guarded.body) or guarded.body[0]
+    line = re.split(r"\r\n|\r|\n", source or "")[first.lineno - 1]
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    return Found("entrypoint", ENTRYPOINT_FILE, found.line, first.lineno, indent, found.detail)
+
+
+def try_after_logger(body: Sequence[ast.stmt]) -> ast.Try | None:
+    """The first `try` after `logger = _logger` in `body`."""
+    seen = False
+    for node in body:
+        if seen and isinstance(node, ast.Try):
+            return node
+        seen = seen or ast.unparse(node) == LOGGER_STATEMENT
+    return None
+
+
+def _first_unhooked(body: Sequence[ast.stmt]) -> ast.stmt | None:
+    hooks = {ast.dump(ast.parse(line).body[0]) for line in HOOK_STATEMENTS}
+    return next((node for node in body if ast.dump(node) not in hooks), None)
 
 
 def parameter_difference(
@@ -210,8 +267,7 @@ def worker_plan_step(source: str | None) -> Anchor:
             "signature differs",
             f"`Worker.plan_step({', '.join(names)})`, expected `self`",
         )
-    hook = [ast.dump(ast.parse(line).body[0]) for line in WORKER_HOOK]
-    first = next((node for node in step.body if ast.dump(node) not in hook), None)
+    first = _first_unhooked(step.body)
     if not isinstance(first, ast.While) or ast.unparse(first.test) != "True":
         at = step.body[-1] if first is None else first
         written = ast.get_source_segment(source or "", at) or ast.unparse(at)
@@ -226,8 +282,36 @@ def worker_plan_step(source: str | None) -> Anchor:
     )
 
 
+def runner_main(source: str | None) -> Anchor:
+    """`class Runner` with `def main(self)` whose first statement (after the series'
+    hook, where it is in) is `self._start_task_reader()`, and a `self._work_queue`."""
+    module = _parse("Runner.main", RUNNER_FILE, source)
+    if isinstance(module, Missing):
+        return module
+    runner = _top_level(module.body, "Runner")
+    if not isinstance(runner, ast.ClassDef):
+        return _missing("Runner.main", "definition missing", "no top-level `class Runner`")
+    main = _top_level(runner.body, "main")
+    if not isinstance(main, ast.FunctionDef):
+        return _missing("Runner.main", "definition missing", "`class Runner` has no `def main`")
+    queue = any(
+        isinstance(node, ast.Attribute) and ast.unparse(node) == "self._work_queue"
+        for node in ast.walk(runner)
+    )
+    first = _first_unhooked(main.body)
+    if first is None or ast.unparse(first) != RUNNER_FIRST_STATEMENT or not queue:
+        return _missing(
+            "Runner.main",
+            "first statement differs",
+            f"`Runner.main` does not start with `{RUNNER_FIRST_STATEMENT}` feeding "
+            "`self._work_queue` (exo before #1993)",
+        )
+    return _found("Runner.main", source or "", main, f"first statement `{RUNNER_FIRST_STATEMENT}`")
+
+
 def constants(source: str | None) -> Anchor:
-    """exo's `shared/constants.py`, parsed, with `import os` at its top level."""
+    """exo's `shared/constants.py`, parsed, with `import os` and `EXO_CACHE_HOME` at its
+    top level."""
     module = _parse("constants", CONSTANTS_FILE, source)
     if isinstance(module, Missing):
         return module
@@ -238,8 +322,22 @@ def constants(source: str | None) -> Anchor:
     )
     if not imports_os:
         return _missing("constants", "import missing", "no top-level `import os`")
+    cache = any(
+        isinstance(node, ast.Assign)
+        and any(ast.unparse(target) == "EXO_CACHE_HOME" for target in node.targets)
+        for node in module.body
+    )
+    if not cache:
+        return _missing("constants", "field missing", "no top-level `EXO_CACHE_HOME`")
     last = module.body[-1].lineno if module.body else 1
-    return Found("constants", CONSTANTS_FILE, 1, last, "", "`import os` at the top level")
+    return Found(
+        "constants",
+        CONSTANTS_FILE,
+        1,
+        last,
+        "",
+        "`import os` and `EXO_CACHE_HOME` at the top level",
+    )
 
 
 def shutdown(source: str | None) -> Anchor:
@@ -265,11 +363,12 @@ def shutdown(source: str | None) -> Anchor:
     return _found("Shutdown", source or "", task, f"Shutdown({bases}): {origins}")
 
 
-_LOCATORS: Final = {
+LOCATORS: Final = {
     "entrypoint": entrypoint,
     "Worker.plan_step": worker_plan_step,
     "constants": constants,
     "Shutdown": shutdown,
+    "Runner.main": runner_main,
 }
 
 

@@ -1,28 +1,43 @@
-"""What exo's worker hook reaches (`src/exo/worker/orphan_guard.py` in exo's tree).
+"""What the local series' worker hook reaches (`src/exo/worker/orphan_guard.py` in
+exo's tree, `exo_tree_with_package/`).
 
-exo's runners guard themselves: the in-tree module hands a runner its own Shutdown
-when its worker dies, with the standard library and exo's own code, and never calls
-this package. What the package adds runs outside the runners: `guard_exo_worker`,
-called by the in-tree `guard_worker` on a thread before the worker's plan loop
-begins (exo awaits it, its event loop serving meanwhile), sweeps once for leftover
-runners of a dead exo, so that no new runner meets an orphan still holding the
-node's memory or ports, then makes sure a guardian runs (`guardian_start`: one
-started, detached, if none of this user's does). It changes nothing in the worker's
-environment or its runners; the guardian (`service run`) and the CLI's sweeps run
-outside exo altogether.
+exo's runners guard themselves: exo's own parent watch (the PR) hands a runner its
+Shutdown when its worker dies, and exo's own start-up sweep ends the leftovers exo
+recorded; neither calls this package. What the package adds runs outside the
+runners: `guard_exo_worker`, called by the local `guard_worker` on a daemon thread
+before the worker's plan loop begins (exo awaits it, its event loop serving
+meanwhile), writes the hand-over marker (this worker's runners hand themselves their
+Shutdown: the guardian gives them the grace), sweeps once for leftover runners no
+record names (an exo without the guard, EXO.app's), so that no new runner meets an
+orphan still holding the node's memory or ports, then makes sure a guardian runs
+(`guardian_start`: one started, detached, if none of this user's does). It changes
+nothing in the worker's environment or its runners; the guardian (`service run`)
+and the CLI's sweeps run outside exo altogether.
 
 It never raises into exo: a failure is one warning and exo goes on unguarded.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import threading
+import time
+from pathlib import Path
 
 from loguru import logger
 
+from ..records import handover_marker
 from ..sweeper.sweeping import DEFAULT_KILL_WAIT_SECONDS, DEFAULT_LOCK_TIMEOUT_SECONDS, sweep
 from ..system.once import warn_once
-from ..system.settings import busy_wait_setting, grace_setting, guard_enabled, interrupt_bound
+from ..system.settings import (
+    busy_wait_setting,
+    grace_setting,
+    guard_enabled,
+    interrupt_bound,
+    registry_dir,
+)
 from .guardian_start import ensure_guardian
 from .worker import log_report
 
@@ -47,6 +62,10 @@ def guard_exo_worker() -> None:
             )
         return
     try:
+        write_handover_marker(registry_dir())
+    except OSError as error:
+        logger.warning(f"orphan guard: could not write the hand-over marker ({error!r})")
+    try:
         _sweep("the worker's plan loop")
         # Not awaited: the plan loop waits for the sweep, not for a process to start.
         threading.Thread(
@@ -56,6 +75,23 @@ def guard_exo_worker() -> None:
         logger.opt(exception=error).warning("orphan guard: could not guard this worker")
     finally:
         _done.set()
+
+
+def write_handover_marker(base: Path) -> None:
+    """`<base>/handover/<pid>.json`: this worker's runners hand themselves Shutdown
+    (`records.handover_marker`), written whole."""
+    marker = handover_marker.marker_path(base, os.getpid())
+    base.parent.mkdir(parents=True, exist_ok=True)
+    for directory in (base, marker.parent):
+        directory.mkdir(mode=0o700, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=marker.parent, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as file:
+            json.dump({"pid": os.getpid(), "at": time.time()}, file)
+        os.replace(temporary, marker)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
 def _ensure_guardian() -> None:

@@ -1,7 +1,10 @@
 """`exo-orphan-guard patch check|apply|revert|export --exo PATH [--source SRC] [--no-lock]
-[--out DIR]`.
+[--with-package] [--out DIR]`.
 
-The series (`patching`) puts the hooks into exo and leaves `pyproject.toml` alone;
+The PR series (`patching`) puts exo's own guard into exo and leaves `pyproject.toml`
+alone. The local series, the package's part inside exo, goes on top where the package
+will be there: with `--with-package`, with `--source`, or with the package installed
+in the tree's `.venv`;
 `--source` adds, in this tree, the `orphan-guard` extra and the `[tool.uv.sources]`
 entry that makes it resolve (`uv_project`), then `uv lock` when uv is on PATH, with
 an undo record so revert restores `pyproject.toml` and `uv.lock` byte for byte.
@@ -45,16 +48,18 @@ def run(
     lock: bool = True,
     out: Path | None = None,
     say: Callable[[str], None] = print,
+    with_package: bool = False,
 ) -> int:
     try:
         match action:
             case "check":
                 return _check(tree, say)
             case "export":
-                return _export(tree, out, say)
+                return _export(tree, out, say, with_package=with_package)
             case "apply":
                 chosen = None if source is None else uv_project.validate_source(source)
-                return _apply(tree, chosen, lock, say)
+                local = with_package or chosen is not None or installed_in(tree)
+                return _apply(tree, chosen, lock, say, with_package=local)
             case "revert":
                 return _revert(tree, say)
     except (patching.PatchError, uv_project.SourceError) as error:
@@ -64,9 +69,15 @@ def run(
         ) from error
 
 
+def installed_in(tree: Path) -> bool:
+    """Whether exo-orphan-guard is installed in the exo tree's own `.venv`."""
+    return any((tree / ".venv").glob("lib/python3*/site-packages/exo_orphan_guard-*.dist-info"))
+
+
 def _check(tree: Path, say: Callable[[str], None]) -> int:
     status = patching.check(tree)
     say(f"series {status.series.label} fits {tree}: {status.state}")
+    say(f"local series (the package's part inside exo): {status.with_package}")
     pyproject = _read(tree / PYPROJECT) or b""
     declared = uv_project.declared_source(pyproject)
     if declared is None:
@@ -96,7 +107,14 @@ def _lock_check_line(tree: Path, state: uv_project.LockState, line: str) -> str:
             return "uv.lock: not checked (uv is not on PATH)"
 
 
-def _apply(tree: Path, source: Source | None, lock: bool, say: Callable[[str], None]) -> int:
+def _apply(
+    tree: Path,
+    source: Source | None,
+    lock: bool,
+    say: Callable[[str], None],
+    *,
+    with_package: bool,
+) -> int:
     status = patching.check(tree)  # raises before anything is written
     undo = uv_project.read_undo(tree)
     fresh = status.state == "not applied"
@@ -105,10 +123,20 @@ def _apply(tree: Path, source: Source | None, lock: bool, say: Callable[[str], N
     if fresh:
         # A record left from an earlier, since reverted, round no longer applies.
         undo = {}
-    status, changed = patching.apply(tree)
+    before = status
+    status, changed = patching.apply(tree, with_package=with_package)
     files = len(status.series.files)
-    done = "applied" if changed else "already applied: nothing changed"
+    done = "applied" if before.state == "not applied" else "already applied: nothing changed"
     say(f"series {status.series.label} ({files} files) {done} in {tree}")
+    if status.local is not None:
+        done = "applied" if before.local is None else "already applied"
+        say(f"local series {status.local.label} (the package's part inside exo): {done}")
+    else:
+        say(
+            "local series: not applied (the package is not in the tree's .venv; "
+            "--with-package or --source adds it)"
+        )
+    del changed
 
     pyproject = _read(tree / PYPROJECT) or b""
     if source is not None:
@@ -178,9 +206,13 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
             f"source: no record of what apply changed ({uv_project.undo_path(tree)}): the "
             "exo-orphan-guard entry in pyproject.toml is left as it is"
         )
-    status, changed = patching.revert(tree)
+    local = status.local is not None
+    applied = status.state == "applied"
+    status, _ = patching.revert(tree)
     files = len(status.series.files)
-    done = "reverted" if changed else "not applied: nothing to revert"
+    if local:
+        say("local series (the package's part inside exo) reverted")
+    done = "reverted" if applied else "not applied: nothing to revert"
     say(f"series {status.series.label} ({files} files) {done} in {tree}")
     if LOCK in undo:
         saved = undo[LOCK]
@@ -193,7 +225,9 @@ def _revert(tree: Path, say: Callable[[str], None]) -> int:
     return EXIT_OK
 
 
-def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
+def _export(
+    tree: Path, out: Path | None, say: Callable[[str], None], *, with_package: bool = False
+) -> int:
     try:
         status = patching.check(tree)
     except patching.PatchError as error:
@@ -201,6 +235,7 @@ def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
         say(f"series {name}: {why}")
         say(f"state in {tree}: does not apply as it is ({error}): rebase it with git am -3")
         files = _stored(name)
+        local = _stored(name, patching.WITH_PACKAGE_DIR) if with_package else []
         default = name
     else:
         if status.series.name == patching.PLACED:
@@ -209,11 +244,13 @@ def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
                 "written for: the same hooks, placed at its anchors"
             )
             files = _generated(tree)
+            local = _generated_local(tree) if with_package else []
             default = patching.PLACED
         else:
             name, why = patching.chosen_for(tree)
             say(f"series {name}: {why}")
             files = _stored(name)
+            local = _stored(name, patching.WITH_PACKAGE_DIR) if with_package else []
             default = name
         say(f"state in {tree}: {status.state} (series {status.series.label})")
     target = (out or Path(f"orphan-guard-{default}")).expanduser().resolve()
@@ -221,21 +258,37 @@ def _export(tree: Path, out: Path | None, say: Callable[[str], None]) -> int:
         target.mkdir(parents=True, exist_ok=True)
         for file_name, content in files:
             patching.write_atomically(target / file_name, content)
+        if local:
+            (target / "with-package").mkdir(exist_ok=True)
+        for file_name, content in local:
+            patching.write_atomically(target / "with-package" / file_name, content)
     except OSError as error:
         raise patching.PatchError(f"cannot write {error.filename}: {error.strerror}") from error
     say(f"wrote {len(files)} files to {target}")
     say(f"to apply them as commits: git -C {tree} am {target}/000[1-9]-*.patch")
+    if local:
+        say(
+            f"and the local series (never for exo's PR): git -C {tree} am "
+            f"{target}/with-package/000[1-9]-*.patch"
+        )
     return EXIT_OK
 
 
-def _stored(name: str) -> list[tuple[str, bytes]]:
-    directory = patching.PATCHES_DIR / name
-    files = [directory / patching.COVER_LETTER, *patching.patch_files(directory)]
+def _stored(name: str, root: Path = patching.PATCHES_DIR) -> list[tuple[str, bytes]]:
+    directory = root / name
+    cover = (
+        [directory / patching.COVER_LETTER] if (directory / patching.COVER_LETTER).exists() else []
+    )
+    files = [*cover, *patching.patch_files(directory)]
     return [(file.name, file.read_bytes()) for file in files]
 
 
+TEMPLATES: Final = {placement.WORK_QUEUE.name: "main", placement.RELAY.name: "v1.0.71"}
+"""Whose stored messages a series computed for a tree keeps, by its footprint."""
+
+
 def _generated(tree: Path, *, imports_at_top: bool = False) -> list[tuple[str, bytes]]:
-    """The series for `tree` as it is: the stored patches' messages, this tree's diffs.
+    """The PR for `tree` as it is: the stored patches' messages, this tree's diffs.
     With `imports_at_top` (how the stored series is written), the imports go among
     exo's own; else beside the calls, as `apply` places them."""
     placed = patching.footprint(tree)
@@ -244,15 +297,42 @@ def _generated(tree: Path, *, imports_at_top: bool = False) -> list[tuple[str, b
         if isinstance(at_top, placement.Problem):
             raise patching.PatchError(at_top.reason)
         placed = at_top
-    template = dict(_stored("main"))
-    groups = placement.patches()
+    template = dict(_stored(TEMPLATES[placed.footprint.name]))
+    return _series(placed, template, with_cover=True)
+
+
+def _generated_local(tree: Path, *, imports_at_top: bool = False) -> list[tuple[str, bytes]]:
+    """The local series for `tree`, on top of the PR as `apply` places it (with
+    `imports_at_top`, as the stored PR has it)."""
+    with_pr = patching.footprint(tree)
+    if imports_at_top:
+        at_top = placement.imports_at_top(with_pr)
+        if isinstance(at_top, placement.Problem):
+            raise patching.PatchError(at_top.reason)
+        with_pr = at_top
+    contents = {path: _read(tree / path) for path in placement.inputs()}
+    contents.update(with_pr.patched)
+    placed = placement.placement(contents, placement.WITH_PACKAGE)
+    if isinstance(placed, placement.Problem):
+        raise patching.PatchError(placed.reason)
+    template = dict(_stored("main", patching.WITH_PACKAGE_DIR))
+    return _series(placed, template, with_cover=False)
+
+
+def _series(
+    placed: placement.Placed, template: dict[str, bytes], *, with_cover: bool
+) -> list[tuple[str, bytes]]:
+    groups = placed.footprint.patches
+    names = patching.patch_names(placed.footprint)
     patches: list[tuple[str, bytes]] = []
     every: list[format_patch.Change] = []
-    for number, (name, paths) in enumerate(zip(patching.PATCH_NAMES, groups, strict=True), 1):
+    for number, (name, paths) in enumerate(zip(names, groups, strict=True), 1):
         changes = format_patch.changes_between(placed.original, placed.patched, paths)
         every += changes
         message = format_patch.message_of(template[name])
         patches.append((name, format_patch.patch(message, number, len(groups), changes)))
+    if not with_cover:
+        return patches
     cover = format_patch.with_diffstat(
         template[patching.COVER_LETTER], sorted(every, key=lambda change: change.path)
     )

@@ -1,15 +1,16 @@
 """`exo-orphan-guard patch check|apply|revert --exo PATH`: put the hooks into exo.
 
-The footprint is a new hooks module (`exo_tree/`) and two calls, each with its
-import beside it, at anchors exo has not moved since v1.0.61 (`anchors`). A series
-is the ordered patches in `patches/<name>/`: `git format-patch` files (`git am`
-takes them as they are), and a cover letter that is not applied. The stored series
-fits the two trees it was written for (exo main and v1.0.71, told apart by their
-supervisor file); every other tree whose anchors `ast` finds gets the same lines
-placed at the anchors (`placement`), as a series computed for that tree. All files
-are patched in memory first; only if every hunk applies is anything written, and a
-failed write puts back what was already written. Reverting applies the series
-backwards, which restores the original bytes.
+Two series (`placement`): the PR, exo's own guard in exo's code only, and on top of
+it the local series with the package's part inside exo (`with package`), which
+`apply` adds only when asked. A series is the ordered patches in
+`patches/<name>/` (the local one's in `patches/with-package/<name>/`): `git
+format-patch` files (`git am` takes them as they are), and a cover letter that is
+not applied. A stored series fits the tree it was written for (exo main and v1.0.71,
+told apart by their supervisor file); every other tree whose anchors `ast` finds
+gets the same lines placed at the anchors (`placement`), as a series computed for
+that tree. All files are patched in memory first; only if every hunk applies is
+anything written, and a failed write puts back what was already written. Reverting
+applies the series backwards, which restores the original bytes.
 
 A tree without the anchors is refused with what `refusal` finds out about it: the
 anchor, exo's version, local edits only where git sees them, and what to do.
@@ -34,6 +35,7 @@ from .patch_format import (
 )
 
 PATCHES_DIR: Final = Path(__file__).resolve().parent / "patches"
+WITH_PACKAGE_DIR: Final = PATCHES_DIR / "with-package"
 PLACED: Final = "anchors"
 """The name of a series computed for a tree the stored one does not fit."""
 COVER_LETTER: Final = "0000-cover-letter.patch"
@@ -85,12 +87,20 @@ class Series:
 @dataclass(frozen=True, slots=True)
 class TreeStatus:
     series: Series
+    """The PR's series."""
     state: TreeState
+    local: Series | None = None
+    """The local series, where it is in the tree (`with_package`)."""
+
+    @property
+    def with_package(self) -> TreeState:
+        return "applied" if self.local is not None else "not applied"
 
 
 def load_series(root: Path = PATCHES_DIR) -> list[Series]:
-    """The stored series, one for each exo version in `SERIES_MARKERS`."""
-    return [_load(root / name, name) for name in SERIES_MARKERS]
+    """The stored series, one for each exo version in `SERIES_MARKERS` that has one
+    under `root`."""
+    return [_load(root / name, name) for name in SERIES_MARKERS if (root / name).is_dir()]
 
 
 def patch_files(directory: Path) -> list[Path]:
@@ -111,19 +121,68 @@ def _load(directory: Path, name: str) -> Series:
 
 
 def check(tree: Path, all_series: Sequence[Series] | None = None) -> TreeStatus:
-    """Which series fits `tree` and whether it is applied; PatchError otherwise."""
+    """Which PR series fits `tree`, whether it is applied, and whether the local
+    series is in on top of it; PatchError otherwise."""
+    contents = _read(tree, _inputs(all_series))
+    local = _local_in(tree, contents)
+    if local is not None:
+        contents.update(_applied(local, contents, reverse=True))
+    return TreeStatus(*_pr_status(tree, contents, all_series), local)
+
+
+def _pr_status(
+    tree: Path, contents: dict[str, bytes | None], all_series: Sequence[Series] | None
+) -> tuple[Series, TreeState]:
     chosen = all_series if all_series is not None else load_series()
     current = _series_for(tree, chosen)
     if current is not None:
-        originals = _read(tree, current.files)
+        originals = {path: contents[path] for path in current.files}
         if isinstance(_try(current.diffs, originals, reverse=False), dict):
-            return TreeStatus(current, "not applied")
+            return current, "not applied"
         if isinstance(_try(current.diffs, originals, reverse=True), dict):
-            return TreeStatus(current, "applied")
-    placed = placement.placement(_read(tree, placement.inputs()))
+            return current, "applied"
+    placed = placement.placement(contents, placement.pr_footprint(contents))
     if isinstance(placed, placement.Placed):
-        return TreeStatus(placed_series(placed), placed.state)
+        return placed_series(placed), placed.state
     raise _refusal(tree, placed)
+
+
+def _local_in(tree: Path, contents: Mapping[str, bytes | None]) -> Series | None:
+    """The local series, where it is in `contents` (the stored one or one placed)."""
+    stored = _series_for(tree, load_series(WITH_PACKAGE_DIR))
+    if stored is not None:
+        originals = {path: contents[path] for path in stored.files}
+        if isinstance(_try(stored.diffs, originals, reverse=True), dict):
+            return stored
+    placed = placement.placement(contents, placement.WITH_PACKAGE)
+    if isinstance(placed, placement.Placed) and placed.state == "applied":
+        return placed_series(placed)
+    return None
+
+
+def local_series(tree: Path) -> Series:
+    """The local series for `tree` with the PR in (and the local one not): the stored
+    one where it applies, else one placed at the anchors."""
+    contents = _read(tree, _inputs(None))
+    stored = _series_for(tree, load_series(WITH_PACKAGE_DIR))
+    if stored is not None:
+        originals = {path: contents[path] for path in stored.files}
+        if isinstance(_try(stored.diffs, originals, reverse=False), dict):
+            return stored
+    placed = placement.placement(contents, placement.WITH_PACKAGE)
+    if isinstance(placed, placement.Placed):
+        return placed_series(placed)
+    raise _refusal(tree, placed)
+
+
+def _inputs(all_series: Sequence[Series] | None) -> tuple[str, ...]:
+    stored = [
+        *(all_series if all_series is not None else load_series()),
+        *load_series(WITH_PACKAGE_DIR),
+    ]
+    return tuple(
+        dict.fromkeys([*(p for series in stored for p in series.files), *placement.inputs()])
+    )
 
 
 def _refusal(tree: Path, problem: placement.Problem) -> PatchError:
@@ -140,15 +199,18 @@ def _refusal(tree: Path, problem: placement.Problem) -> PatchError:
         tree,
         mismatch,
         placement.inputs(),
-        lambda contents: isinstance(placement.placement(contents), placement.Placed),
+        lambda contents: isinstance(
+            placement.placement(contents, placement.pr_footprint(contents)), placement.Placed
+        ),
     )
     return PatchError(refused.line, refused.details)
 
 
 def placed_series(placed: placement.Placed) -> Series:
-    """The hooks placed at the anchors of one tree, as a series of file diffs."""
+    """A footprint placed at the anchors of one tree, as a series of file diffs."""
     diffs: list[tuple[str, FileDiff]] = []
-    for name, paths in zip(PATCH_NAMES, placement.patches(), strict=True):
+    names = patch_names(placed.footprint)
+    for name, paths in zip(names, placed.footprint.patches, strict=True):
         for change in format_patch.changes_between(placed.original, placed.patched, paths):
             diff_text = format_patch.file_diff(change)
             diffs.extend((name, diff) for diff in parse_unified_diff(diff_text))
@@ -156,42 +218,65 @@ def placed_series(placed: placement.Placed) -> Series:
 
 
 PATCH_NAMES: Final = (
-    "0001-add-optional-orphan-guard-hooks-module.patch",
-    "0002-guard-runners-from-the-top-of-entrypoint.patch",
-    "0003-sweep-before-the-worker-s-plan-loop.patch",
+    "0001-feature-Add-runner-records-and-guard-settings.patch",
+    "0002-feature-Hand-runners-Shutdown-if-worker-dies.patch",
+    "0003-feature-End-leftover-runners-before-planning.patch",
 )
-"""The stored series' patches, one for each group of `placement.patches()`."""
+"""The PR's patches, one for each group of its footprint's `patches`."""
+LOCAL_PATCH_NAMES: Final = ("0001-feature-Run-exo-orphan-guard-before-planning.patch",)
 
 
-def apply(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
-    """Apply the fitting series; (status, changed). Already applied: nothing changes."""
+def patch_names(footprint: placement.Footprint) -> tuple[str, ...]:
+    return LOCAL_PATCH_NAMES if footprint is placement.WITH_PACKAGE else PATCH_NAMES
+
+
+def apply(
+    tree: Path, all_series: Sequence[Series] | None = None, *, with_package: bool = False
+) -> tuple[TreeStatus, bool]:
+    """Apply the fitting PR series, and with `with_package` the local series on top;
+    (status, changed). What is applied already stays as it is."""
     status = check(tree, all_series)
-    if status.state == "applied":
-        return status, False
-    _change(tree, status.series, reverse=False)
-    return TreeStatus(status.series, "applied"), True
+    changed = False
+    if status.state == "not applied":
+        if status.local is not None:  # pragma: no cover - the local series needs the PR
+            raise PatchError(f"{tree}: the local series is in without the PR")
+        _change(tree, status.series, reverse=False)
+        changed = True
+    local = status.local
+    if with_package and local is None:
+        local = local_series(tree)
+        _change(tree, local, reverse=False)
+        changed = True
+    return TreeStatus(status.series, "applied", local), changed
 
 
 def footprint(tree: Path, all_series: Sequence[Series] | None = None) -> placement.Placed:
-    """The tree without the hooks and with them, whichever series is in it (the stored
+    """The tree without the PR and with it, whichever series is in it (the stored
     one, one placed at the anchors, or none): what `export` writes as a series."""
     status = check(tree, all_series)
-    contents = _read(tree, tuple(dict.fromkeys([*status.series.files, *placement.inputs()])))
+    contents = _read(tree, _inputs(all_series))
+    if status.local is not None:
+        contents.update(_applied(status.local, contents, reverse=True))
     if status.state == "applied":
         contents.update(_applied(status.series, contents, reverse=True))
-    placed = placement.placement(contents)
+    placed = placement.placement(contents, placement.pr_footprint(contents))
     if isinstance(placed, placement.Problem):  # pragma: no cover - check() placed it
         raise PatchError(placed.reason)
     return placed
 
 
 def revert(tree: Path, all_series: Sequence[Series] | None = None) -> tuple[TreeStatus, bool]:
-    """Revert the fitting series to the original bytes; not applied: nothing changes."""
+    """Revert the local series, then the PR, to the original bytes; not applied:
+    nothing changes."""
     status = check(tree, all_series)
-    if status.state == "not applied":
-        return status, False
-    _change(tree, status.series, reverse=True)
-    return TreeStatus(status.series, "not applied"), True
+    changed = False
+    if status.local is not None:
+        _change(tree, status.local, reverse=True)
+        changed = True
+    if status.state == "applied":
+        _change(tree, status.series, reverse=True)
+        changed = True
+    return TreeStatus(status.series, "not applied"), changed
 
 
 def _change(tree: Path, series: Series, *, reverse: bool) -> None:

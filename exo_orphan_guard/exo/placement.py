@@ -1,23 +1,16 @@
-"""The hooks placed at the anchors of any exo tree, and taken out again byte for byte.
+"""The series placed at the anchors of any exo tree, and taken out again byte for byte.
 
-exo's footprint is four things: the files under `exo_tree/` (the hooks module, new
-files at the same relative paths), the toggle appended to `shared/constants.py`, two
-lines and an import at the top of `entrypoint` in bootstrap.py, and the same before
-`while True:` in `Worker.plan_step`. The stored series fits two exact trees; this
-puts the same lines into any tree whose anchors `ast` finds (`anchors`), however its
-other code moved.
-
-Each block is four lines, `from exo.worker.orphan_guard import X`, a blank line, the
-call, a blank line, inserted just before the first non-blank line after the anchor
-(after `entrypoint`'s docstring if it has one). So a block is always followed by a
-line of code or a comment, which exo's `ruff format` leaves as it is, and the
-original is recovered by finding the block at that same place and removing it: the
-mapping has one inverse, with nothing stored beside the tree. The toggle is the last
-line of constants.py, after the blank lines `ruff format` wants there.
+A footprint (`footprints`) is the files a series adds, its hooks and its settings.
+Each hook's four lines go just before the first non-blank line after its anchor
+(after a docstring if there is one). So a block is always followed by a line of code
+or a comment, which exo's `ruff format` leaves as it is, and the original is
+recovered by finding the block at that same place and removing it: the mapping has
+one inverse, with nothing stored beside the tree. The settings are the last lines of
+constants.py, after the blank lines `ruff format` wants there.
 
 `imports_at_top` moves each block's import up among exo's own imports, as exo writes
-them: what the stored series (the pull request against exo main) carries. Placed
-into other trees, the imports stay beside the calls, which fits any of them.
+them: what the stored PR carries. Placed into other trees, the imports stay beside
+the calls, which fits any of them.
 
 Pure: contents in (path: bytes, None: no such file), contents or a `Problem` out.
 """
@@ -28,31 +21,50 @@ import ast
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final, Literal, final
 
 from . import anchors
-
-EXO_TREE: Final = Path(__file__).resolve().parent / "exo_tree"
-"""Files the footprint adds to exo, at their paths relative to this directory."""
-HOOKS_IMPORT: Final = "from exo.worker.orphan_guard import"
-RUNNER_BLOCK: Final = (
-    f"{HOOKS_IMPORT} guard_runner",
-    "",
-    "guard_runner(bound_instance, task_receiver)",
-    "",
+from .footprints import (
+    EXO_TREE,
+    EXO_TREE_WITH_PACKAGE,
+    LOCAL_MODULE,
+    RECORDS_MODULE,
+    RELAY,
+    RELAY_MODULE,
+    SETTINGS,
+    SWEEP_MODULE,
+    TOGGLE,
+    TOGGLE_LINE,
+    WATCH_MODULE,
+    WITH_PACKAGE,
+    WORK_QUEUE,
+    Footprint,
+    Hook,
 )
-WORKER_BLOCK: Final = (f"{HOOKS_IMPORT} guard_worker", "", "await guard_worker()", "")
-TOGGLE: Final = "EXO_ORPHAN_GUARD"
-TOGGLE_LINE: Final = f'{TOGGLE} = os.getenv("{TOGGLE}", "false").lower() in ("true", "1")'
-HOOKED_FILES: Final = (anchors.ENTRYPOINT_FILE, anchors.WORKER_FILE)
-_HOOKED: Final[dict[str, tuple[anchors.AnchorName, tuple[str, ...]]]] = {
-    anchors.ENTRYPOINT_FILE: ("entrypoint", RUNNER_BLOCK),
-    anchors.WORKER_FILE: ("Worker.plan_step", WORKER_BLOCK),
-}
-_LINE: Final = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+__all__ = [
+    "EXO_TREE",
+    "EXO_TREE_WITH_PACKAGE",
+    "LOCAL_MODULE",
+    "RECORDS_MODULE",
+    "RELAY",
+    "RELAY_MODULE",
+    "SETTINGS",
+    "SWEEP_MODULE",
+    "TOGGLE",
+    "TOGGLE_LINE",
+    "WATCH_MODULE",
+    "WITH_PACKAGE",
+    "WORK_QUEUE",
+    "Footprint",
+    "Hook",
+    "Placed",
+    "Problem",
+]
 
 PlacedState = Literal["applied", "not applied"]
+
+_LINE: Final = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
 
 @final
@@ -70,106 +82,140 @@ class Problem:
 class Placed:
     state: PlacedState
     original: dict[str, bytes | None]
-    """The tree without the hooks."""
+    """The tree without the footprint."""
     patched: dict[str, bytes | None]
-    """The tree with them."""
+    """The tree with it."""
+    footprint: Footprint = WORK_QUEUE
 
 
-def new_files() -> dict[str, bytes]:
-    """Every file under `exo_tree/`, by its path in exo's tree."""
-    return {
-        path.relative_to(EXO_TREE).as_posix(): path.read_bytes()
-        for path in sorted(EXO_TREE.rglob("*"))
-        if path.is_file() and "__pycache__" not in path.parts
-    }
+def new_files(footprint: Footprint = WORK_QUEUE) -> dict[str, bytes]:
+    """The files `footprint` adds, by their path in exo's tree."""
+    return {path: (footprint.root / path).read_bytes() for path in footprint.added}
 
 
-def files() -> tuple[str, ...]:
-    """Every file the footprint touches, in the order the series does."""
-    return (*new_files(), anchors.CONSTANTS_FILE, *HOOKED_FILES)
+def every_new_file() -> dict[str, bytes]:
+    """Every file either footprint of the PR, or the local series, adds."""
+    found: dict[str, bytes] = {}
+    for footprint in (WORK_QUEUE, RELAY, WITH_PACKAGE):
+        found.update(new_files(footprint))
+    return found
+
+
+def pr_footprint(contents: Mapping[str, bytes | None]) -> Footprint:
+    """The PR's shape for a tree: its runner's own task queue, or the relay."""
+    source = contents.get(anchors.RUNNER_FILE)
+    text = None if source is None else source.decode("utf-8", errors="surrogateescape")
+    return WORK_QUEUE if anchors.runner_main(text).found else RELAY
 
 
 def inputs() -> tuple[str, ...]:
-    """What `placement` reads: the files it touches, and the one with `Shutdown`."""
-    return (*files(), anchors.TASKS_FILE)
+    """What `placement` may read, for any footprint."""
+    paths = [
+        *(path for footprint in (WORK_QUEUE, RELAY, WITH_PACKAGE) for path in footprint.files),
+        anchors.TASKS_FILE,
+        anchors.ENTRYPOINT_FILE,
+        anchors.RUNNER_FILE,
+    ]
+    return tuple(dict.fromkeys(paths))
 
 
-def patches() -> tuple[tuple[str, ...], ...]:
-    """The files of each patch of the series: the new files and the toggle, then each
-    hooked file."""
-    return ((*new_files(), anchors.CONSTANTS_FILE), *((path,) for path in HOOKED_FILES))
-
-
-def placement(contents: Mapping[str, bytes | None]) -> Placed | Problem:
-    """Whether the hooks are in `contents` (every file of `inputs()`) and both
-    versions of the tree; or why they cannot be placed."""
-    added = new_files()
+def placement(contents: Mapping[str, bytes | None], footprint: Footprint) -> Placed | Problem:
+    """Whether `footprint` is in `contents` (every file of `inputs()`; for the local
+    series, a tree with the PR in) and both versions of the tree; or why it cannot be
+    placed."""
+    if footprint.settings:
+        for name in anchors.REQUIRED:
+            found = _anchor(name, contents)
+            if isinstance(found, anchors.Missing):
+                return Problem(found.file, found.describe(), found)
+    added = new_files(footprint)
     present = [path for path in added if contents.get(path) is not None]
     original: dict[str, bytes | None] = {path: None for path in added}
     patched: dict[str, bytes | None] = dict(added)
-    found: list[str] = []
-    for path, (name, block) in _HOOKED.items():
-        located = _locate(name, contents.get(path))
+    found_in: list[str] = []
+    for hook in footprint.hooks:
+        located = _locate(hook.anchor, contents.get(hook.file))
         if isinstance(located, Problem):
             return located
         text, index, indent = located
         lines = _LINE.findall(text)
-        wanted = _block_lines(block, indent, _ending(lines, index))
+        wanted = _block_lines(hook.block, indent, _ending(lines, index))
         if tuple(lines[index : index + len(wanted)]) == wanted:
-            found.append(path)
-            original[path] = b"".join(lines[:index] + lines[index + len(wanted) :])
-            patched[path] = text
+            found_in.append(hook.file)
+            original[hook.file] = b"".join(lines[:index] + lines[index + len(wanted) :])
+            patched[hook.file] = text
         else:
-            if b"orphan_guard" in text:
-                return Problem(path, f"{path} has orphan_guard lines where the series puts none")
-            original[path] = text
-            patched[path] = b"".join([*lines[:index], *wanted, *lines[index:]])
-    toggle = _toggle(contents.get(anchors.CONSTANTS_FILE))
-    if isinstance(toggle, Problem):
-        return toggle
-    constants_original, constants_patched, toggled = toggle
-    original[anchors.CONSTANTS_FILE] = constants_original
-    patched[anchors.CONSTANTS_FILE] = constants_patched
-    if toggled:
-        found.append(anchors.CONSTANTS_FILE)
-    task = contents.get(anchors.TASKS_FILE)
-    shutdown = anchors.shutdown(None if task is None else task.decode("utf-8", "replace"))
-    if isinstance(shutdown, anchors.Missing):
-        # The runner's hook ends it with exo's own Shutdown task: without one, no place.
-        return Problem(shutdown.file, shutdown.describe(), shutdown)
+            if _hooked_elsewhere(hook, text):
+                return Problem(
+                    hook.file, f"{hook.file} has the series' lines where the series puts none"
+                )
+            original[hook.file] = text
+            patched[hook.file] = b"".join([*lines[:index], *wanted, *lines[index:]])
+    expected = len(footprint.hooks)
+    if footprint.settings:
+        settings = _settings(contents.get(anchors.CONSTANTS_FILE), footprint.settings)
+        if isinstance(settings, Problem):
+            return settings
+        constants_original, constants_patched, settled = settings
+        original[anchors.CONSTANTS_FILE] = constants_original
+        patched[anchors.CONSTANTS_FILE] = constants_patched
+        expected += 1
+        if settled:
+            found_in.append(anchors.CONSTANTS_FILE)
     for path in present:
         if contents[path] != added[path]:
             return Problem(path, f"{path} exists and differs from the one the series adds")
-    if len(found) == len(_HOOKED) + 1 and len(present) == len(added):
-        return Placed("applied", original, patched)
-    if found or present:
-        there = ", ".join([*present, *(f"the hook in {path}" for path in found)])
-        return Problem((found or present)[0], f"the hooks are partly in: {there}, not the rest")
-    return Placed("not applied", original, patched)
+    if len(found_in) == expected and len(present) == len(added):
+        return Placed("applied", original, patched, footprint)
+    if found_in or present:
+        there = ", ".join([*present, *(f"the hook in {path}" for path in found_in)])
+        return Problem((found_in or present)[0], f"the hooks are partly in: {there}, not the rest")
+    return Placed("not applied", original, patched, footprint)
+
+
+def _hooked_elsewhere(hook: Hook, text: bytes) -> bool:
+    """Whether the hook's own import or call is anywhere in `text`."""
+    return any(line.encode() in text for line in hook.block if line)
+
+
+def _anchor(name: anchors.AnchorName, contents: Mapping[str, bytes | None]) -> anchors.Anchor:
+    source = contents.get(anchors.FILES[name])
+    text = None if source is None else source.decode("utf-8", errors="surrogateescape")
+    return anchors.LOCATORS[name](text)
 
 
 def imports_at_top(placed: Placed) -> Placed | Problem:
     """`placed` with each block's import moved up among the file's own `from exo.`
     imports, where ruff's isort puts it: the shape exo's maintainers write."""
     patched = dict(placed.patched)
-    for path, (name, block) in _HOOKED.items():
-        source = placed.original[path]
+    for hook in placed.footprint.hooks:
+        if not hook.import_at_top:
+            continue
+        source = placed.original[hook.file]
         assert source is not None  # placed: the hooked files are there
-        located = _locate(name, source)
+        located = _locate(hook.anchor, source)
         if isinstance(located, Problem):  # pragma: no cover - placement() located it
             return located
         _, index, indent = located
         lines = _LINE.findall(source)
-        at = _import_index(path, source, block[0])
+        at = _import_index(hook.file, source, hook.block[0])
         if isinstance(at, Problem):
             return at
         if at > index:
-            return Problem(path, f"{path}: exo's imports come after the place of the hook")
+            return Problem(
+                hook.file, f"{hook.file}: exo's imports come after the place of the hook"
+            )
         ending = _ending(lines, index)
-        call = _block_lines(block[2:], indent, ending)
-        moved = [*lines[:at], block[0].encode() + ending, *lines[at:index], *call, *lines[index:]]
-        patched[path] = b"".join(moved)
-    return Placed(placed.state, placed.original, patched)
+        call = _block_lines(hook.block[2:], indent, ending)
+        moved = [
+            *lines[:at],
+            hook.block[0].encode() + ending,
+            *lines[at:index],
+            *call,
+            *lines[index:],
+        ]
+        patched[hook.file] = b"".join(moved)
+    return Placed(placed.state, placed.original, patched, placed.footprint)
 
 
 def _import_index(path: str, source: bytes, line: str) -> int | Problem:
@@ -194,9 +240,11 @@ def _import_index(path: str, source: bytes, line: str) -> int | Problem:
     return exo_imports[0].lineno - 1
 
 
-def _toggle(source: bytes | None) -> tuple[bytes, bytes, bool] | Problem:
-    """constants.py (original, with the toggle, whether it is in): the toggle is its
-    last line, after one blank line, or two where the code before ends in a `def` or
+def _settings(
+    source: bytes | None, settings: tuple[str, ...]
+) -> tuple[bytes, bytes, bool] | Problem:
+    """constants.py (original, with the settings, whether they are in): they are its
+    last lines, after one blank line, or two where the code before ends in a `def` or
     a `class` (as `ruff format` wants)."""
     file = anchors.CONSTANTS_FILE
     text = None if source is None else source.decode("utf-8", errors="surrogateescape")
@@ -206,19 +254,19 @@ def _toggle(source: bytes | None) -> tuple[bytes, bytes, bool] | Problem:
     assert source is not None and text is not None  # found: there is a file
     lines = _LINE.findall(source)
     ending = _ending(lines, len(lines))
-    toggle = TOGGLE_LINE.encode() + ending
-    if source.endswith(ending + toggle):
-        original = source[: -len(toggle)].rstrip(b"\r\n") + ending
-        if _toggled(original, ending) == source:
+    block = b"".join(line.encode() + ending for line in settings)
+    if source.endswith(ending + block):
+        original = source[: -len(block)].rstrip(b"\r\n") + ending
+        if _settled(original, ending, block) == source:
             return original, source, True
     if TOGGLE.encode() in source:
-        return _no_place(f"{file} already has {TOGGLE}, not as the series' last line")
+        return _no_place(f"{file} already has {TOGGLE}, not as the series' last lines")
     if not lines or not lines[-1].endswith(ending) or not lines[-1].strip():
         return _no_place(f"{file} does not end in one line ending after its code")
-    return source, _toggled(source, ending), False
+    return source, _settled(source, ending, block), False
 
 
-def _toggled(original: bytes, ending: bytes) -> bytes:
+def _settled(original: bytes, ending: bytes, block: bytes) -> bytes:
     module = ast.parse(original.decode("utf-8", errors="surrogateescape"))
     last: ast.stmt | None = module.body[-1] if module.body else None
     while last is not None and not isinstance(last, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -233,7 +281,7 @@ def _toggled(original: bytes, ending: bytes) -> bytes:
         ends = [*body, *(handler.body[-1] for handler in handlers if handler.body)]
         last = max(ends, key=lambda node: node.end_lineno or node.lineno) if ends else None
     blank = 2 if last is not None else 1
-    return original + ending * blank + TOGGLE_LINE.encode() + ending
+    return original + ending * blank + block
 
 
 def _no_place(detail: str) -> Problem:
@@ -245,24 +293,17 @@ def _locate(name: anchors.AnchorName, source: bytes | None) -> tuple[bytes, int,
     """The file, the 0-based line before which the block goes, and the indentation."""
     file = anchors.FILES[name]
     text = None if source is None else source.decode("utf-8", errors="surrogateescape")
-    found = anchors.entrypoint(text) if name == "entrypoint" else anchors.worker_plan_step(text)
+    found = anchors.LOCATORS[name](text)
     if isinstance(found, anchors.Missing):
         return Problem(file, found.describe(), found)
     assert source is not None and text is not None  # found: there is a file
     module = ast.parse(text)
     lines = _LINE.findall(source)
-    if name == "entrypoint":
-        node: ast.FunctionDef | ast.AsyncFunctionDef = _last_def(module.body, "entrypoint")
-    else:
-        worker = _last_class(module.body, "Worker")
-        node = next(
-            item
-            for item in reversed(worker.body)
-            if isinstance(item, ast.AsyncFunctionDef) and item.name == "plan_step"
-        )
-    first = node.body[0]
+    body = _body(name, module)
+    first = body[0]
     docstring = (
-        isinstance(first, ast.Expr)
+        name != "entrypoint"
+        and isinstance(first, ast.Expr)
         and isinstance(first.value, ast.Constant)
         and isinstance(first.value.value, str)
     )
@@ -270,14 +311,43 @@ def _locate(name: anchors.AnchorName, source: bytes | None) -> tuple[bytes, int,
         start = first.end_lineno or first.lineno  # the line after the docstring
     else:
         # Back from the first statement over comments and blank lines: the line after
-        # the signature's colon.
+        # the colon that opens the body.
+        opener = _opener(name, module)
         start = first.lineno - 1
-        while start > node.lineno and _blank_or_comment(lines[start - 1]):
+        while start > opener and _blank_or_comment(lines[start - 1]):
             start -= 1
     index = start
     while index < len(lines) and not lines[index].strip():
         index += 1
     return source, index, found.indent
+
+
+def _body(name: anchors.AnchorName, module: ast.Module) -> list[ast.stmt]:
+    if name == "entrypoint":
+        entrypoint = _last_def(module.body, "entrypoint")
+        guarded = anchors.try_after_logger(entrypoint.body)
+        assert guarded is not None  # the anchor was found
+        return guarded.body
+    return _method(name, module).body
+
+
+def _opener(name: anchors.AnchorName, module: ast.Module) -> int:
+    """The 1-based line of the statement whose body the block opens."""
+    if name == "entrypoint":
+        guarded = anchors.try_after_logger(_last_def(module.body, "entrypoint").body)
+        assert guarded is not None
+        return guarded.lineno
+    return _method(name, module).lineno
+
+
+def _method(name: anchors.AnchorName, module: ast.Module) -> ast.FunctionDef | ast.AsyncFunctionDef:
+    owner, method = name.split(".")
+    cls = _last_class(module.body, owner)
+    return next(
+        item
+        for item in reversed(cls.body)
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == method
+    )
 
 
 def _blank_or_comment(line: bytes) -> bool:

@@ -166,11 +166,17 @@ def compose(tree: Path, mismatch: Mismatch, found: Sequence[Anchor], facts: GitF
 def version_and_anchors(tree: Path) -> tuple[str, ...]:
     """The lines a refusal without a hunk adds (no series fits the tree at all)."""
     facts = gather(tree, ())
-    return (_version_line(facts), *(f"anchor {a.describe()}" for a in anchors_module.find(tree)))
+    return (_version_line(facts), *(f"anchor {a.describe()}" for a in _required(tree)))
 
 
 def refuse(tree: Path, mismatch: Mismatch, files: Sequence[str], fits: Fits) -> Refusal:
-    return compose(tree, mismatch, anchors_module.find(tree), gather(tree, files, fits))
+    return compose(tree, mismatch, _required(tree), gather(tree, files, fits))
+
+
+def _required(tree: Path) -> tuple[Anchor, ...]:
+    """The anchors every tree needs (`Runner.main` only picks where the runner's hook
+    goes)."""
+    return tuple(a for a in anchors_module.find(tree) if a.anchor in anchors_module.REQUIRED)
 
 
 def _edits_line(facts: GitFacts, at_fault: bool) -> str:

@@ -1,21 +1,23 @@
-"""Runners shaped like exo's, guarded by exo's own hooks module (`exo_tree/`).
+"""Runners shaped like exo main's, guarded by exo's own parent watch (`exo_tree/`).
 
 The scenario worker's `exo` watch: the worker makes each runner an exo-shaped task
-channel (`exo_shaped/exo`, put on `sys.path`, which spawned runners inherit) and the
-runner calls the series' `exo.worker.orphan_guard.guard_runner(bound_instance,
-task_receiver)` first, as exo's patched `bootstrap.entrypoint` does: the very file
-the series adds to exo, run against the exo-shaped types, and nothing of this
-package inside the runner. Then it behaves (`behave`) and takes its tasks as exo's
-loop does: one at a time, a `Shutdown` ends it after its own shutdown. The live
-worker sends each runner exo's `Shutdown` once `<go_file>.shutdown` exists
-(`scenarios.ask_to_shut_down`), as exo's worker stops a runner it no longer wants.
+channel (`exo_shaped/exo`, put on `sys.path`, which spawned runners inherit). As exo
+main's `Runner` does, an exo-shaped runner reads its task stream on a task-reader
+thread into a queue of its own and takes its tasks from that queue; guarded, it
+calls the PR's `exo.worker.runner.parent_watch.watch_parent(bound_instance,
+work_queue.put)` first, as exo's patched `Runner.main` does: the very file the series
+adds to exo, run against the exo-shaped types, and nothing of this package inside the
+runner. Then it behaves (`behave`) and takes its tasks as exo's loop does: one at a
+time, a `Shutdown` ends it after its own shutdown. The live worker sends each runner
+exo's `Shutdown` once `<go_file>.shutdown` exists (`scenarios.ask_to_shut_down`), as
+exo's worker stops a runner it no longer wants.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
+import queue
 import sys
 import threading
 import time
@@ -23,13 +25,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Literal
 
-from ..exo.placement import EXO_TREE
+from ..exo.placement import EXO_TREE, WATCH_MODULE
 from . import native_calls
 from .notes import RunnerNotes
 
 EXO_SHAPED: Final = str(Path(__file__).resolve().parent / "exo_shaped")
-IN_TREE_MODULE: Final = "exo.worker.orphan_guard"
-IN_TREE_FILE: Final = EXO_TREE / "src" / "exo" / "worker" / "orphan_guard.py"
+IN_TREE_MODULE: Final = "exo.worker.runner.parent_watch"
+IN_TREE_FILE: Final = EXO_TREE / WATCH_MODULE
 OWN_SHUTDOWN_SECONDS: Final = 0.3
 """How long the runner's own shutdown takes once its loop took the Shutdown (unless
 `OWN_SHUTDOWN_SECONDS_ENV`): long enough for the guard's looks to see it under way
@@ -112,16 +114,34 @@ def _send_shutdown(bound_instance: object, task_receiver: object) -> None:
     join()
 
 
+_work: dict[int, queue.Queue[object]] = {}
+"""The runner's own task queue, by its task stream: one per runner process."""
+
+
+def work_queue(task_receiver: object) -> queue.Queue[object]:
+    """The runner's own task queue, fed from its task stream by a task-reader thread,
+    as exo main's `Runner._start_task_reader` does (started on first use)."""
+    if id(task_receiver) not in _work:
+        work: queue.Queue[object] = queue.Queue()
+        _work[id(task_receiver)] = work
+        receive: object = getattr(task_receiver, "receive", None)
+        assert callable(receive)
+
+        def read() -> None:
+            while True:
+                work.put(receive())
+
+        threading.Thread(target=read, name="task-reader", daemon=True).start()
+    return _work[id(task_receiver)]
+
+
 def guard(bound_instance: object, task_receiver: object) -> None:
+    """What the PR puts first in exo's `Runner.main`."""
     use_exo_shaped()
-    spec = importlib.util.spec_from_file_location(IN_TREE_MODULE, IN_TREE_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[IN_TREE_MODULE] = module
-    spec.loader.exec_module(module)
-    guard_runner: object = getattr(module, "guard_runner")  # noqa: B009
-    assert callable(guard_runner)
-    guard_runner(bound_instance, task_receiver)
+    module = importlib.import_module(IN_TREE_MODULE)
+    watch_parent: object = getattr(module, "watch_parent")  # noqa: B009
+    assert callable(watch_parent)
+    watch_parent(bound_instance, work_queue(task_receiver).put)
 
 
 def behave(kind: str, note: RunnerNotes, task_receiver: object, event_sender: object) -> None:
@@ -133,10 +153,9 @@ def behave(kind: str, note: RunnerNotes, task_receiver: object, event_sender: ob
     if kind == "exoeval":
         native_calls.busy_in_native_code_letting_go_of_the_gil(note)
     tasks = importlib.import_module("exo.shared.types.tasks")
-    receive: object = getattr(task_receiver, "receive", None)
-    assert callable(receive)
+    work = work_queue(task_receiver)
     while True:
-        task: object = receive()
+        task: object = work.get()
         note.write("took", task=type(task).__name__)
         if isinstance(task, tasks.Shutdown):
             if kind == "exofull":

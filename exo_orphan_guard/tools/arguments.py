@@ -118,6 +118,12 @@ def _patch_arguments(command: argparse.ArgumentParser) -> None:
         "--no-lock", action="store_true", help="apply: do not run `uv lock` in the exo tree"
     )
     command.add_argument(
+        "--with-package",
+        action="store_true",
+        help="apply, export: also the local series, the package's part inside exo (apply "
+        "adds it by itself with --source or the package in the tree's .venv)",
+    )
+    command.add_argument(
         "--out",
         type=Path,
         metavar="DIR",

@@ -181,13 +181,18 @@ def _patch(arguments: argparse.Namespace) -> int:
     for flag, given in (("--source", source is not None), ("--no-lock", arguments.no_lock)):
         if given and action != "apply":
             raise UsageError(f"{flag} is for apply, not {action}")
+    with_package: bool = arguments.with_package
+    if with_package and action not in ("apply", "export"):
+        raise UsageError(f"--with-package is for apply and export, not {action}")
     if out is not None and action != "export":
         raise UsageError(f"--out is for export, not {action}")
     tree: Path = arguments.exo.expanduser().resolve()
     if arguments.bugfix:
         return _bugfix(action, tree, out)
     try:
-        return patch_command.run(action, tree, source, lock=not arguments.no_lock, out=out)
+        return patch_command.run(
+            action, tree, source, lock=not arguments.no_lock, out=out, with_package=with_package
+        )
     except patch_command.PatchCommandError as error:
         raise UsageError(str(error)) from error
 

@@ -151,13 +151,22 @@ async def run_node(args: argparse.Namespace) -> None:
 
     class Worker(worker_main.Worker):
         async def plan_step(self) -> None:  # exo's CreateRunner, without plan()
-            # The series' first line in exo's plan_step, which this override replaces.
+            # The series' first lines in exo's plan_step, which this override replaces:
+            # the local series' (where it is in) and the PR's.
             try:
                 from exo.worker.orphan_guard import guard_worker  # pyright: ignore
-            except ImportError:  # a pristine tree
+            except ImportError:  # a pristine tree, or the PR alone
                 pass
             else:
                 await guard_worker()  # pyright: ignore
+            try:
+                from exo.worker.runner.leftover_runners import (  # pyright: ignore
+                    end_leftover_runners,  # pyright: ignore
+                )
+            except ImportError:  # a pristine tree
+                pass
+            else:
+                await end_leftover_runners()  # pyright: ignore
             supervisors: dict[str, Any] = {}
             for role in roles:
                 if role == "busy":

@@ -5,7 +5,8 @@ Run it with the python of an exo venv (``scripts/exo-venv``), from the exo tree:
     <venv>/bin/python tests/exo_support/ring_node.py --mode second --ports P0,P1 --scratch D
 
 It imports nothing of exo_orphan_guard: whatever of the guard runs is what the tree's
-own ``Worker.plan_step`` calls (the series' ``await guard_worker()``, its first line).
+own ``Worker.plan_step`` calls (its first lines: the local series' ``await
+guard_worker()``, the PR's ``await end_leftover_runners()``).
 
 Two of exo's real ``exo.worker.main.Worker`` objects run in this one process, node
 ids ``node-rank0`` and ``node-rank1``, each with its ``run`` and ``plan_step``
@@ -34,10 +35,10 @@ as ``RunnerIdle``, so that ``plan()`` hands rank 0 ``ConnectToGroup``: it enters
 init and sticks there, waiting for a rank 1 that never comes. ``second``: both
 Workers, both ranks on the same ports.
 
-Timing: ``exo.worker.main.guard_worker`` (the series' call, imported at the top of
-exo's module) is wrapped to say when each Worker's plan loop began and stopped
-waiting for it, calling the same function in between; a ticker on the node's event
-loop (a 10 ms sleep, again and again) measures how late the loop serves it.
+Timing: ``Worker.plan_step`` is wrapped to say when each Worker's plan step began,
+and ``exo.worker.main.plan`` when it was first called: the plan loop waited for the
+sweeps in between, calling the same functions; a ticker on the node's event loop (a
+10 ms sleep, again and again) measures how late the loop serves it.
 
 stdout carries JSON lines only (``at``: ``time.monotonic()``, system-wide on Linux):
 ``node`` (this pid, whether ``exo_orphan_guard`` can be imported here), ``sweep``
@@ -119,26 +120,29 @@ async def run_node(args: argparse.Namespace) -> None:
     worker_main.InfoGatherer = QuietInfoGatherer  # pyright: ignore
 
     ticker = Ticker()
-    real_guard_worker = getattr(worker_main, "guard_worker", None)
-    # Which Worker awaits: its plan_step runs in a task its run() starts, which
+    # Which Worker plans: its plan_step runs in a task its run() starts, which
     # inherits run_worker's context.
     node_of: contextvars.ContextVar[str] = contextvars.ContextVar("node", default="?")
+    began_at: dict[str, float] = {}
+    real_plan_step = worker_main.Worker.plan_step
+    real_plan = worker_main.plan
 
-    async def timed_guard_worker() -> None:
-        # The series' call, the same function, with when the plan loop waited for it.
+    async def timed_plan_step(self: Any) -> None:
+        began_at[node_of.get()] = time.monotonic()
+        await real_plan_step(self)
+
+    def timed_plan(*args: Any, **kwargs: Any) -> Any:
+        # The first plan(): the sweeps before the loop are over.
         node = node_of.get()
-        began = time.monotonic()
-        try:
-            if real_guard_worker is not None:
-                await real_guard_worker()
-        finally:
-            ended = time.monotonic()
+        if node in began_at:
+            began, ended = began_at.pop(node), time.monotonic()
             emit(
                 event="sweep", node=node, began=began, ended=ended, **ticker.lateness(began, ended)
             )
+        return real_plan(*args, **kwargs)
 
-    if real_guard_worker is not None:
-        worker_main.guard_worker = timed_guard_worker  # pyright: ignore
+    worker_main.Worker.plan_step = timed_plan_step  # pyright: ignore
+    worker_main.plan = timed_plan  # pyright: ignore
 
     ranks = (0, 1)
     node_ids = {rank: NodeId(f"node-rank{rank}") for rank in ranks}

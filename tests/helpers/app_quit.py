@@ -383,8 +383,11 @@ def _ended(registry: Path, pid: int) -> list[endings.Ending]:
 def exo_for(
     work: Path, version: str, config: Config, make_tree: Any, make_venv: Any, cache: Path
 ) -> tuple[Path, Path]:
-    """The patched tree and venv for `config`: one with the package on its path, or
-    (guard off, or on without it) one where `import exo_orphan_guard` fails."""
+    """The patched tree and venv for `config`: with the package, the local series on
+    top of the PR and the package on the venv's path; else (guard off, or on without
+    it) the PR alone, in a venv where `import exo_orphan_guard` fails."""
     package = config == "on-package"
-    tree = make_tree(work, version, patched=True, variant="" if package else "bare")
+    tree = make_tree(
+        work, version, patched=True, variant="" if package else "bare", with_package=package
+    )
     return tree, make_venv(tree, cache, runner=True, package=package)

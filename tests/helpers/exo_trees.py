@@ -87,12 +87,16 @@ def mlx_lm_src() -> Path:
     return Path(value).expanduser()
 
 
-def exo_tree(work: Path, version: str, *, patched: bool, variant: str = "") -> Path:
-    """A fresh copy of exo at `version`'s commit; with the series applied if asked.
-    A `variant` is another copy of the same (its own venv: `exo_venv(package=False)`
-    needs a tree of its own, as a venv follows its tree)."""
+def exo_tree(
+    work: Path, version: str, *, patched: bool, variant: str = "", with_package: bool = False
+) -> Path:
+    """A fresh copy of exo at `version`'s commit; with the PR applied if asked, and
+    the local series on top with `with_package`. A `variant` is another copy of the
+    same (its own venv: `exo_venv(package=False)` needs a tree of its own, as a venv
+    follows its tree)."""
     source = exo_src()
-    target = work / "-".join(filter(None, [version, "patched" if patched else "pristine", variant]))
+    state = ("patched-local" if with_package else "patched") if patched else "pristine"
+    target = work / "-".join(filter(None, [version, state, variant]))
     if not target.exists():
         target.mkdir()
         archive = subprocess.run(
@@ -102,19 +106,21 @@ def exo_tree(work: Path, version: str, *, patched: bool, variant: str = "") -> P
         )
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
         if patched:
-            patch_tree(target, version)
+            patch_tree(target, version, with_package=with_package)
     return target
 
 
-def patch_tree(tree: Path, version: str) -> list[str]:
-    """The hooks into a pristine `tree` as `patch apply` puts them: a stored series
-    where it fits (v1.0.71's fits v1.0.69 too), placed at the anchors elsewhere. The
-    files it changed, relative to the tree."""
-    status, changed = patching.apply(tree)
+def patch_tree(tree: Path, version: str, *, with_package: bool = False) -> list[str]:
+    """The PR (and with `with_package` the local series) into a pristine `tree` as
+    `patch apply` puts them: a stored series where it fits, placed at the anchors
+    elsewhere. The files they changed, relative to the tree."""
+    status, changed = patching.apply(tree, with_package=with_package)
     assert changed and status.state == "applied", status.state
+    assert (status.local is not None) == with_package
     if version in SERIES_VERSIONS:
         assert status.series.name == version, status.series.name
-    return list(status.series.files)
+    local = [] if status.local is None else list(status.local.files)
+    return list(dict.fromkeys([*status.series.files, *local]))
 
 
 def exo_venv(tree: Path, cache: Path, *, runner: bool = False, package: bool = True) -> Path:
@@ -200,12 +206,16 @@ def exo_worker(
     guard: bool | None,
     grace: float | None = None,
     extra_env: dict[str, str] | None = None,
+    package: bool = True,
 ) -> Generator[dict[str, Any]]:
     """exo's real RunnerSupervisor spawning exo's real entrypoint, runner idle. The
-    report also names the registry the runner records itself (and its ending) in."""
+    report also names the registry the runner records itself (and its ending) in.
+    With `package` False, nothing of this checkout is on exo's path."""
     scratch = Path(tempfile.mkdtemp(prefix="eog-exo-worker-"))
     stderr = (scratch / "harness.log").open("wb")
     environment = exo_environment(scratch, guard=guard)
+    if not package:
+        environment.pop("PYTHONPATH", None)
     if grace is not None:
         environment[settings.GRACE_ENV] = f"{grace!r}"
     for name, value in (extra_env or {}).items():

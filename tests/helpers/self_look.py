@@ -33,6 +33,9 @@ def load_what_exo_has() -> None:
     for name in EXO_HAS_LOADED:
         importlib.import_module(name)
     anyio.run(anyio.sleep, 0)
+    for name in dir(anyio):  # anyio 4.16 imports its names on first use, and keeps them
+        if not name.startswith("_"):
+            getattr(anyio, name)
 
 
 def look() -> dict[str, object]:
@@ -84,15 +87,19 @@ def load_in_tree_module(name: str, file: str) -> types.ModuleType:
 
 
 def runner_looks(bound_instance: object, task_receiver: object, in_tree: str, out: str) -> None:
-    """A spawned runner's main, as exo's patched `entrypoint` starts: its arguments
-    unpickled (exo's types imported), anyio and loguru loaded, then `guard_runner`
-    from the series' module. Writes what changed, the threads, and whether the package
-    was imported, to `out`."""
+    """A spawned runner's main, as exo main's patched `Runner.main` starts: its
+    arguments unpickled (exo's types imported), anyio and loguru loaded, its own task
+    queue made, then `watch_parent` from the series' module. Writes what changed, the
+    threads, and whether the package was imported, to `out`."""
+    import queue
+
     load_what_exo_has()
+    work: queue.Queue[object] = queue.Queue()
+    del task_receiver  # exo's task-reader thread reads it; the watch never does
     threads = [thread.name for thread in threading.enumerate()]
     before = look()
-    module = load_in_tree_module("exo.worker.orphan_guard", in_tree)
-    module.guard_runner(bound_instance, task_receiver)
+    module = load_in_tree_module("exo.worker.runner.parent_watch", in_tree)
+    module.watch_parent(bound_instance, work.put)
     after = look()
     Path(out).write_text(
         json.dumps(
