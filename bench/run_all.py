@@ -213,7 +213,7 @@ def handover_section(arguments: argparse.Namespace, scratch: Path) -> str:
             ),
             f"{rounds} rounds. {handover_latency.DESCRIPTION} "
             "What exo's real runner does at each step (idle, decoding, loading, one long "
-            "`mx.eval`, the GIL held) is in docs/exo.md (`tests/test_exo_steps.py`).\n",
+            "`mx.eval`, the GIL held) is in docs/exo-evidence.md (`tests/test_exo_steps.py`).\n",
             handover_latency.render(results),
             "",
         ]

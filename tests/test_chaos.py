@@ -211,7 +211,8 @@ def test_chaos(tmp_path: Path, isolated_environment: Path) -> None:
         strategy = rng.choice(CHAOS_STRATEGIES)
         if strategy == "pdeathsig":
             # PR_SET_PDEATHSIG alone kills the runner before anything walks its tree:
-            # what it started outside its group is out of reach (docs/design.md, Limits).
+            # what it started outside its group is out of reach (docs/reference.md,
+            # "Limits, in full").
             kinds = [kind for kind in kinds if kind != "strays"] or ["idle"]
         spec = WorkerSpec(
             runners=kinds,

@@ -51,7 +51,7 @@ def test_a_wedged_runner_outlives_the_apps_quit_unless_a_guardian_runs(
     Here the guardian is still running when exo dies because it watches the test
     session's decoy exo: on its own it leaves about 4 s after exo's worker started
     it, as exo's process, its parent, is among the ancestors it never watches (see
-    docs/exo.md). Whatever it did, nothing the round started outlives it."""
+    docs/exo-evidence.md). Whatever it did, nothing the round started outlives it."""
     tree, venv = exo_for(exo_work, "main", config, exo_tree, exo_venv, exo_venv_cache)
     done = run_round(
         tree,

@@ -7,7 +7,7 @@ runner exits 0 through Python; without it exo ends it by SIGTERM (main: AsyncPro
 after its 3 s join; v1.0.71: multiprocessing's atexit, the join cancelled). The stored
 patches go in with `git am`, pass exo's ruff, ruff format and basedpyright, and exo's
 own test they add fails without the fix. `python -m bench.exo_stop` measured the table
-in docs/exo.md ("The bugfix series").
+in docs/exo-evidence.md ("The bugfix series, measured").
 
 Needs EXO_SRC and MLX_LM_SRC, as `make test-exo`, and a private pid namespace
 (`scripts/confined`), as every exo test.

@@ -10,7 +10,7 @@ code in the runner), when its worker is SIGKILLed, by what it is doing
 | loading, between layers (tasks not looked at) | nothing inside exo: left to the guardian |
 | holding the GIL in a call that never returns | nothing inside exo: left to the guardian |
 
-The figures print with `-s` (docs/exo.md has them). Needs EXO_SRC and MLX_LM_SRC,
+The figures print with `-s` (docs/exo-evidence.md has them). Needs EXO_SRC and MLX_LM_SRC,
 as `make test-exo`.
 """
 

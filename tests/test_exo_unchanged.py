@@ -17,8 +17,8 @@ Guarded must equal unguarded: the same handlers, masks, group, session and child
 (the thread count differs by exactly the PR's threads, `GUARD_THREADS`), and the same
 ending of each runner (by exo, the same exit or signal), within the same bounds.
 Nothing the round started is left behind (the guardian the package starts
-included). `python -m tests.helpers.app_quit_table --rounds 3` measured docs/exo.md's table
-"exo's own stops, guarded and not".
+included). `python -m tests.helpers.app_quit_table --rounds 3` measured the table
+"exo's own stops, guarded and not" in docs/exo-evidence.md.
 
 Needs EXO_SRC and MLX_LM_SRC, as `make test-exo`, and a private pid namespace
 (`scripts/confined`), as every exo test.
@@ -48,7 +48,7 @@ first task the relay passes on)."""
 BOUNDS = {"ctrl-c": 25.0, "app": 8.0, "shutdown": 15.0}
 """Seconds from the stop until a runner is gone, guarded or not: the app SIGKILLs exo
 at 8 s; exo's Shutdown waits 3 s for the acknowledgement, then its join, SIGTERM and
-waits (measured unguarded: docs/exo.md)."""
+waits (measured unguarded: docs/exo-evidence.md)."""
 
 
 def _round(

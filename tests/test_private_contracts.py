@@ -1,5 +1,5 @@
-"""The private names the guard leans on inside exo's processes, each where no public
-one does the job (docs/design.md, "Private names inside exo's processes"), checked
+"""The private names the guard leans on inside guarded processes, each where no public
+one does the job (docs/reference.md, "Private names inside guarded processes"), checked
 for what the guard needs of it. Each fails on the first library version that takes
 the name away or changes what it does, naming it, before the real-process tests that
 rely on it fail less clearly. Run on Python 3.11 and 3.13 (exo's) alike."""

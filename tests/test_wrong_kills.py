@@ -1,7 +1,7 @@
 """Each way a sweep could harm what is not an orphan, planted with real processes.
 
 Every test here plants the innocent process, runs the real sweep, and checks the
-process table. Each failed on the code before these rules existed (see docs/design.md,
+process table. Each failed on the code before these rules existed (see docs/reference.md,
 "Never-kill rules", for the rule each one backs).
 """
 

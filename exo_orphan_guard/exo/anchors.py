@@ -2,8 +2,8 @@
 
 The stored series leans on import blocks and on runner code that churns, so it fits
 two exact trees. These places have stayed as they are in every release from
-v1.0.61 to v1.0.71, on main (b5375f8) and in the forks looked at (docs/exo.md,
-"Reach"):
+v1.0.61 to v1.0.71, on main (b5375f8) and in the forks looked at (docs/exo-evidence.md,
+"Reach: which of exo's trees `patch apply` reaches"):
 
 - `entrypoint(bound_instance, event_sender, task_receiver, [cancel_receiver,]
   _logger)` in `src/exo/worker/runner/bootstrap.py`, with `logger = _logger` then a

@@ -28,7 +28,7 @@ checks `import exo_orphan_guard` fails there), and exo's process says so again.
     .venv/bin/python -m tests.helpers.app_quit_table --rounds 3 --out F   # inside scripts/confined
     .venv/bin/python -m tests.helpers.app_quit_table --table F
 
-prints one line per round, and the tables of docs/exo.md from what `--out` kept.
+prints one line per round, and the tables of docs/exo-evidence.md from what `--out` kept.
 Every process it starts carries a token in its environment (a guardian the package
 starts inherits it), and all of them are killed at the end; `left_behind` names any
 that outlived that.

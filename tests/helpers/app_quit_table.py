@@ -1,4 +1,4 @@
-"""The tables of docs/exo.md ("exo's own stops, guarded and not", and the per-round
+"""The tables of docs/exo-evidence.md ("exo's own stops, guarded and not", and the per-round
 detail below it), and the rounds behind them (`tests/helpers/app_quit.py`):
 `python -m tests.helpers.app_quit_table --rounds 3 --out FILE` plays them and keeps
 JSON lines; `--table FILE` prints the tables from those."""
