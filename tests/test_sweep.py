@@ -310,8 +310,12 @@ def test_an_injected_survivor_is_reported_unkillable_with_exit_code_1(
 
         monkeypatch.setattr(signalling, "send", deaf_to_everything)
         monkeypatch.setattr(signalling, "interrupt", deaf_to_sigint)
-        # What Linux and macOS tell of a process no SIGKILL reached: not on its way out.
-        monkeypatch.setattr(system, "is_exiting", lambda pid: False if pid == runner.pid else None)
+
+        def not_dying(pid: int) -> bool | None:
+            """What Linux and macOS tell of a process no SIGKILL reached."""
+            return False if pid == runner.pid else None
+
+        monkeypatch.setattr(system, "is_exiting", not_dying)
         code = cli.main(["sweep", "--json", "--grace", "0.1"])
         document = json.loads(capsys.readouterr().out)
         assert code == 1 and document["exit_code"] == 1
