@@ -66,12 +66,20 @@ def _begun_by_a_sweep(runner: ProcessIdentity, seconds: float) -> None:
     assert endings.append(registry.path / endings.ENDINGS_NAME, line)
 
 
+@pytest.mark.parametrize("warned", [False, True], ids=["plain", "a setting warned about"])
 def test_a_guardian_whose_log_cannot_be_written_still_guards(
-    exo_python: str, notes: Path, isolated_environment: Path
+    exo_python: str,
+    notes: Path,
+    isolated_environment: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    warned: bool,
 ) -> None:
     """stderr on /dev/full (ENOSPC on every write): it ends the orphan its start-up
     sweep finds, after waiting (and telling its log) for another sweeper's ending,
-    and stops with 0. Before, its first line raised: exit 1 before guarding."""
+    and stops with 0. Before, its first line raised: exit 1 before guarding; and a
+    setting's warning (a bad backend) raised the same way after that was fixed."""
+    if warned:
+        monkeypatch.setenv(settings.BACKEND_ENV, "bogus")
     worker = scenarios.start_worker(
         ["idle"], watch="none", python=exo_python, notes=notes, registry=isolated_environment
     )

@@ -64,7 +64,10 @@ def _run(argv: Sequence[str] | None) -> int:
 
 
 def _warn_on_stderr(message: str) -> None:
-    print(f"exo-orphan-guard: warning: {message}", file=sys.stderr, flush=True)
+    # A warning nobody can read (stderr on a full disk, a closed pipe) is dropped, as
+    # the guardian's own lines are: it is never a reason to stop.
+    with contextlib.suppress(OSError):
+        print(f"exo-orphan-guard: warning: {message}", file=sys.stderr, flush=True)
 
 
 def keep_writing_when_the_reader_leaves() -> None:
