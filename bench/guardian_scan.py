@@ -34,6 +34,7 @@ from exo_orphan_guard.guardian.known_processes import FULL_LISTING_SCANS
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
 from exo_orphan_guard.sweeper.judging import judge
+from exo_orphan_guard.sweeper.process_memo import ProcessMemo
 from exo_orphan_guard.sweeper.process_table import is_spawn_candidate
 from exo_orphan_guard.sweeper.verdicts import SweepOptions
 from exo_orphan_guard.system import settings
@@ -80,6 +81,8 @@ OPTIONS: Final = SweepOptions(fingerprint=True)
 
 class EveryCommandLine:
     """Today's scan in the guardian: every process's command line at every scan."""
+
+    memo: ProcessMemo | None = None
 
     def candidates(self) -> frozenset[Pid]:
         return frozenset(pid for pid, raw in system.iter_command_lines() if is_spawn_candidate(raw))

@@ -11,6 +11,7 @@ from ..records import sightings
 from ..records.registry import LoadedRecord, Registry
 from ..system.identity import liveness
 from . import process_table
+from .process_memo import ProcessMemo
 from .process_table import ProcessTable
 from .verdicts import SweepOptions, Verdict, decide
 
@@ -40,9 +41,10 @@ def judge(
     options: SweepOptions,
     warnings: list[str],
     candidates: Collection[int] | None = None,
+    memo: ProcessMemo | None = None,
 ) -> tuple[ProcessTable, tuple[Verdict, ...]]:
     """Read the records (their problems into `warnings`), snapshot what they and
-    `options` call for (`candidates`: see `process_table.gather`), and judge each
+    `options` call for (`candidates`, `memo`: see `process_table.gather`), and judge each
     process (`verdicts.decide`) by them and by what the guardian saw (`sightings`)."""
     records: list[LoadedRecord] = []
     if registry is not None:
@@ -68,6 +70,7 @@ def judge(
         match=options.match,
         groups=groups,
         candidates=candidates,
+        memo=memo,
     )
     seen = {} if registry is None else sightings.read(registry.path, table.boot_id)
     return table, decide(table, records, options, seen)
