@@ -31,6 +31,7 @@ from exo_orphan_guard import system
 from exo_orphan_guard.guardian import service_run, watchlist
 from exo_orphan_guard.guardian.cheap_scan import CheapScan
 from exo_orphan_guard.guardian.known_processes import FULL_LISTING_SCANS
+from exo_orphan_guard.records import sightings
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
 from exo_orphan_guard.sweeper.judging import judge
@@ -83,6 +84,7 @@ class EveryCommandLine:
     """Today's scan in the guardian: every process's command line at every scan."""
 
     memo: ProcessMemo | None = None
+    seen: sightings.Reader | None = None
 
     def candidates(self) -> frozenset[Pid]:
         return frozenset(pid for pid, raw in system.iter_command_lines() if is_spawn_candidate(raw))

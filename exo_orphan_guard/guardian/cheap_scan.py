@@ -5,7 +5,8 @@ pids, or every process), reads the command lines it names, and hands the candida
 (spawn children, and processes whose command line vanished) to the sweep's snapshot
 in place of a pass over every command line (`judging.judge`'s `candidates`), with
 what the scans before read of them that cannot have changed (`memo`:
-`sweeper.process_memo`).
+`sweeper.process_memo`), and the guardian's sightings, parsed again only when the file
+changed (`seen`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import final
 
 from .. import system
+from ..records import sightings
 from ..sweeper.process_memo import ProcessMemo
 from ..system.process_facts import Pid
 from .known_processes import Known, Listing, absorb, kind_of, listing_plan, plan_reads
@@ -23,6 +25,7 @@ class CheapScan:
     def __init__(self) -> None:
         self._known = Known()
         self.memo = ProcessMemo()
+        self.seen = sightings.Reader()
         """For `judge`, with the candidates."""
 
     def candidates(self) -> frozenset[Pid]:

@@ -176,6 +176,7 @@ class Guardian:
         lose and regain runners (a model unloaded, another loaded)."""
         self._claims = Claims()
         self._sightings_problem: str | None = None
+        self._sightings = watchlist.Remembering()
         self._cheap_scan = CheapScan()
         self._pidfile = PidfileReader(settings.exo_pidfile())
         self._pidfile_hangs = False
@@ -260,12 +261,13 @@ class Guardian:
         base = settings.registry_dir()
         registry, _ = Registry.open(base, create=False)
         scan = self._cheap_scan
-        table, verdicts = judge(registry, OPTIONS, warnings, scan.candidates(), scan.memo)
+        candidates = scan.candidates()
+        table, verdicts = judge(registry, OPTIONS, warnings, candidates, scan.memo, scan.seen)
         named = _named(table, (*self._named, *self._in_pidfile(), *self._leaving.requested()))
         found = watchlist.exo_processes(table, verdicts, named)
         self._starting = starting(verdicts, time.time())
         if registry is not None:  # before any exit watch: its ending judges by them
-            problem = watchlist.remember(registry.path, table, found)
+            problem = self._sightings.remember(registry.path, table, found)
             if problem is not None and problem != self._sightings_problem:
                 say(problem)
             self._sightings_problem = problem

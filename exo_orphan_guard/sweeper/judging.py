@@ -42,10 +42,12 @@ def judge(
     warnings: list[str],
     candidates: Collection[int] | None = None,
     memo: ProcessMemo | None = None,
+    seen_by: sightings.Reader | None = None,
 ) -> tuple[ProcessTable, tuple[Verdict, ...]]:
     """Read the records (their problems into `warnings`), snapshot what they and
     `options` call for (`candidates`, `memo`: see `process_table.gather`), and judge each
-    process (`verdicts.decide`) by them and by what the guardian saw (`sightings`)."""
+    process (`verdicts.decide`) by them and by what the guardian saw (`sightings`, read
+    through `seen_by` if given)."""
     records: list[LoadedRecord] = []
     if registry is not None:
         records, problems = registry.load()
@@ -72,5 +74,6 @@ def judge(
         candidates=candidates,
         memo=memo,
     )
-    seen = {} if registry is None else sightings.read(registry.path, table.boot_id)
+    read = sightings.read if seen_by is None else seen_by.read
+    seen = {} if registry is None else read(registry.path, table.boot_id)
     return table, decide(table, records, options, seen)
