@@ -4,7 +4,8 @@ the guardian spends per minute while no exo changes, and how soon it sees a new 
 
 Today's scan reads every process's command line at every scan (`EveryCommandLine`,
 what `judging.judge` does without candidates); the cheap one is the guardian's own
-(`guardian.cheap_scan`). Each guardian runs in a pid namespace of its own
+(`guardian.cheap_scan`), also as it was before it kept what cannot change of what it
+describes (`scan_variants`). Each guardian runs in a pid namespace of its own
 (`scripts/confined`, nested in the one `make bench` runs in) with its own 2,000
 `sleep`s, and a driver (`idle-child`, `notice-child` below) that prints its figures
 as JSON.
@@ -23,21 +24,18 @@ from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, TypedDict, cast, final, get_args
+from typing import Final, Literal, TypedDict, cast, final
 
 import psutil
 
-from exo_orphan_guard import system
-from exo_orphan_guard.guardian import service_run, watchlist
+from exo_orphan_guard.guardian import watchlist
 from exo_orphan_guard.guardian.cheap_scan import CheapScan
 from exo_orphan_guard.guardian.known_processes import FULL_LISTING_SCANS
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
 from exo_orphan_guard.sweeper.judging import judge
-from exo_orphan_guard.sweeper.process_table import is_spawn_candidate
 from exo_orphan_guard.sweeper.verdicts import SweepOptions
 from exo_orphan_guard.system import settings
-from exo_orphan_guard.system.process_facts import Pid
 
 from .document import header, machine
 from .guardian_notice import started_monotonic
@@ -45,7 +43,6 @@ from .guardian_process import (
     CONFINED,
     READY,
     ROOT,
-    SERVICE_RUN,
     WATCH_TIMEOUT_S,
     GuardianProcess,
     guardian_environment,
@@ -53,18 +50,13 @@ from .guardian_process import (
     usage,
     watching,
 )
+from .scan_variants import NAMES, VARIANTS, Variant, guardian_command
 from .stats import Samples
 from .sweep_cost import UnrelatedProcesses
 
 LOAD: Final = 2000
 TARGET_MS_PER_MINUTE: Final = 60
 TARGET_NOTICE_P99_MS: Final = 2500
-Variant = Literal["today", "cheap"]
-VARIANTS: Final[tuple[Variant, ...]] = get_args(Variant)
-NAMES: Final[dict[Variant, str]] = {
-    "today": "today's: every command line",
-    "cheap": "cheap: what is new",
-}
 Scene = Literal["quiet", "churn", "exo"]
 SCENES: Final[dict[Scene, str]] = {
     "quiet": "no exo, nothing started",
@@ -76,19 +68,6 @@ SETTLE_S: Final = 10.0
 """After the guardian is ready: its start-up sweep over, and the cheap scan settled."""
 MINUTE_S: Final = 60.0
 OPTIONS: Final = SweepOptions(fingerprint=True)
-
-
-class EveryCommandLine:
-    """Today's scan in the guardian: every process's command line at every scan."""
-
-    def candidates(self) -> frozenset[Pid]:
-        return frozenset(pid for pid, raw in system.iter_command_lines() if is_spawn_candidate(raw))
-
-
-def guardian_command(variant: Variant) -> tuple[str, ...]:
-    if variant == "cheap":
-        return SERVICE_RUN
-    return (sys.executable, "-m", "bench.guardian_scan", "today-guardian")
 
 
 # One scan, in this process --------------------------------------------------------
@@ -110,15 +89,15 @@ def run_scans(repetitions: int) -> tuple[list[ScanRow], int]:
             today.add(_timed(lambda: _judge(None)))
         first, steady, churn = Samples(), Samples(), Samples()
         for _ in range(5):
-            first.add(_timed(lambda: _judge(CheapScan().candidates())))
+            first.add(_timed(lambda: _judge(CheapScan())))
         cheap = CheapScan()
-        cheap.candidates()
-        cheap.candidates()  # settled
+        _judge(cheap)
+        _judge(cheap)  # settled
         for _ in range(repetitions):
-            steady.add(_timed(lambda: _judge(cheap.candidates())))
+            steady.add(_timed(lambda: _judge(cheap)))
         for _ in range(repetitions):
             subprocess.run(["true"], check=True)
-            churn.add(_timed(lambda: _judge(cheap.candidates())))
+            churn.add(_timed(lambda: _judge(cheap)))
     rows = [
         ScanRow("today's: every command line", today),
         ScanRow(
@@ -131,8 +110,12 @@ def run_scans(repetitions: int) -> tuple[list[ScanRow], int]:
     return rows, alive
 
 
-def _judge(candidates: frozenset[Pid] | None) -> None:
-    table, verdicts = judge(None, OPTIONS, [], candidates)
+def _judge(scan: CheapScan | None) -> None:
+    """Judged as the guardian judges: `scan`'s candidates and memo; None: today's."""
+    if scan is None:
+        table, verdicts = judge(None, OPTIONS, [])
+    else:
+        table, verdicts = judge(None, OPTIONS, [], scan.candidates(), scan.memo)
     watchlist.exo_processes(table, verdicts)
 
 
@@ -246,7 +229,10 @@ def render_idle(figures: list[IdleFigures]) -> str:
         "| p50 | max | wake-ups per minute: mean | processes |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for figure in sorted(figures, key=lambda f: (list(SCENES).index(f["scene"]), f["variant"])):
+    order = list(SCENES)
+    for figure in sorted(
+        figures, key=lambda f: (order.index(f["scene"]), VARIANTS.index(f["variant"]))
+    ):
         minutes = figure["seconds"] / MINUTE_S
         per_minute = Samples([value * 1000 for value in figure["minutes_cpu_s"]])
         lines.append(
@@ -300,7 +286,7 @@ def render_notice(figures: list[NoticeFigures]) -> str:
         "| first runner's start → `watching exo <pid>` | rounds | p50 ms | p99 ms | max ms |",
         "|---|---:|---:|---:|---:|",
     ]
-    for figure in sorted(figures, key=lambda f: f["variant"], reverse=True):
+    for figure in sorted(figures, key=lambda f: VARIANTS.index(f["variant"])):
         samples = Samples(list[float | None](figure["from_runner_ms"]))
         lines.append(
             f"| {NAMES[figure['variant']]} | {samples.count} "
@@ -399,7 +385,9 @@ def section(arguments: argparse.Namespace, scratch: Path) -> str:
             f"Today's scan reads every process's command line at every scan (`judge` "
             "without candidates); the cheap one (`guardian.cheap_scan`) reads only what is "
             "new, lists processes only when the pid allocator moved, and re-reads the rest "
-            "in turns. Both then judge as a sweep does. Targets (issue 40, item 7): at "
+            "in turns; and now keeps, per identity and image, what cannot change of the "
+            "processes it describes (`sweeper.process_memo`): before that, it read all of "
+            "it at each scan. Each then judges as a sweep does. Targets (issue 40, item 7): at "
             f"{LOAD:,} unrelated processes, at most {TARGET_MS_PER_MINUTE} ms of CPU per "
             f"minute while no exo changes, and a new exo seen within "
             f"{TARGET_NOTICE_P99_MS / 1000:g} s (p99) at the default interval "
@@ -412,16 +400,18 @@ def section(arguments: argparse.Namespace, scratch: Path) -> str:
             "at), and 5 first scans:\n",
             render_scans(results.scans, results.total),
             "",
-            f"The guardian (`service run`) over {seconds:g} s, six side by side, each in a "
+            f"The guardian (`service run`) over {seconds:g} s, "
+            f"{len(SCENES) * len(VARIANTS)} side by side, each in a "
             f"pid namespace of its own with {LOAD:,} `sleep`s, from {SETTLE_S:g} s after it is "
             "ready (its start-up sweep over, the cheap scan settled). CPU: utime + stime of "
             "every thread (`/proc/<pid>/stat`, 10 ms ticks), per whole minute; wake-ups: "
             "voluntary + involuntary context switches of its threads. The idle exo is a "
             f"stand-in worker with {EXO_RUNNERS} idle runners: each scan describes them and "
-            "their parent, whichever pass found them.\n",
+            "their parent, whichever pass found them; kept, that is one stat file, command "
+            "line and executable link each, and what may change.\n",
             render_idle(results.idle),
             "",
-            f"Noticing a new exo: {rounds} rounds per scan, the two side by side in "
+            f"Noticing a new exo: {rounds} rounds per scan, the {len(VARIANTS)} side by side in "
             f"namespaces of their own with {LOAD:,} `sleep`s; each round, after a random "
             f"pause of 0-{interval:g} s, starts a stand-in worker with {EXO_RUNNERS} idle "
             "runners and times from its first runner's start (`/proc` start time, 10 ms "
@@ -432,16 +422,9 @@ def section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
-def today_guardian() -> int:
-    """`service run` with today's scan."""
-    service_run.CheapScan = EveryCommandLine
-    return service_run.run()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.guardian_scan")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("today-guardian", help="the guardian with today's scan")
     idle = commands.add_parser("idle-child", help="one idle guardian, in its own namespace")
     notice = commands.add_parser("notice-child", help="a guardian seeing new exos")
     for child in (idle, notice):
@@ -453,8 +436,6 @@ def main() -> None:
     notice.add_argument("--rounds", type=int, required=True)
     arguments = parser.parse_args()
     command: str = arguments.command
-    if command == "today-guardian":
-        sys.exit(today_guardian())
     variant: Variant = arguments.variant
     scratch: Path = arguments.scratch
     exo_python: str = arguments.exo_python

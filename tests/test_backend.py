@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -12,7 +13,9 @@ import pytest
 
 from exo_orphan_guard import system
 from exo_orphan_guard.system import settings
+from exo_orphan_guard.system.process_facts import ProcessDetails, ProcessState
 from tests.conftest import StartWorker
+from tests.helpers.waiting import wait_until
 
 PROBE = """
 import json, signal
@@ -158,6 +161,78 @@ def test_psutil_status_words_are_the_snapshots() -> None:
     assert (process_facts.ZOMBIE, process_facts.DEAD) == (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
+EXEC_ON_LINE = (
+    "import os, sys\n"
+    "sys.stdin.readline()\n"
+    "os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+)
+
+
+def test_a_process_state_agrees_with_its_details_and_its_image_changes_at_exec() -> None:
+    """What the guardian's scans read afresh (`process_state`) is what the full reads
+    say, and its image stays the same from read to read until the process execs, even
+    into the same interpreter (the scans' memo keeps what it read under that image)."""
+    process = subprocess.Popen([sys.executable, "-c", EXEC_ON_LINE], stdin=subprocess.PIPE)
+    try:
+        read: list[tuple[ProcessState | None, ProcessDetails | None]] = []
+
+        def waiting_for_its_line() -> bool:  # blocked in its read: it stays so
+            read[:] = [(system.process_state(process.pid), system.process_details(process.pid))]
+            state, details = read[0]
+            if state is None or details is None or state.image is None:
+                return False  # still starting: not the script's image yet
+            return EXEC_ON_LINE in (details.argv or ()) and state.status == details.status
+
+        assert wait_until(waiting_for_its_line, 10)
+        state, details = read[0]
+        assert state is not None and details is not None
+        assert state.start == system.read_start(process.pid)
+        assert (state.ppid, state.pgid) == (details.ppid, details.pgid)
+        assert state.rss is not None and state.rss > 0
+        assert state.memory is not None and state.memory.bytes > 0
+        again = system.process_state(process.pid)
+        assert state.image is not None and again is not None and again.image == state.image
+        assert process.stdin is not None
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+
+        def exec_ed() -> bool:  # the new program's command line, its image complete
+            line = system.command_line(process.pid) or b""
+            return b"time.sleep(60)" in line and b"readline" not in line
+
+        assert wait_until(exec_ed, 10)
+        after = system.process_state(process.pid)
+        assert after is not None and after.start == state.start
+        assert after.image is not None and after.image != state.image
+    finally:
+        process.kill()
+        process.wait()
+
+
+@pytest.mark.parametrize("disposition", ["SIG_IGN", "SIG_DFL"])
+def test_a_process_state_says_whether_sigint_is_ignored_as_its_status_does(
+    disposition: str,
+) -> None:
+    script = (
+        f"import signal, sys; signal.signal(signal.SIGINT, signal.{disposition})\n"
+        "print('set', flush=True); sys.stdin.readline()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"set\n"
+        state = system.process_state(process.pid)
+        assert state is not None
+        told = system.ignores_signal(process.pid, signal.SIGINT)
+        assert state.ignores_sigint is told
+        if system.BACKEND == "linux":
+            assert told is (disposition == "SIG_IGN")
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_every_call_about_a_gone_process_answers_without_raising() -> None:
     """The error contract (`system`'s docstring): what cannot be told is None, a list
     holds what could be read, and nothing raises for a process that is gone."""
@@ -166,6 +241,7 @@ def test_every_call_about_a_gone_process_answers_without_raising() -> None:
         "read_start": system.read_start(gone),
         "parent_pid": system.parent_pid(gone),
         "process_details": system.process_details(gone),
+        "process_state": system.process_state(gone),
         "effective_uid": system.effective_uid(gone),
         "owner_and_argv": system.owner_and_argv(gone),
         "exe_and_argv": system.exe_and_argv(gone),

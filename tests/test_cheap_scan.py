@@ -1,8 +1,9 @@
 """The guardian's cheap scan judges real process tables exactly as a full scan does:
 the same verdicts and the same exo processes to watch, while parents die, pids change
 hands (chosen through ns_last_pid) and processes exec into runners after they were
-first seen. And the system calls it stands on. The rules alone, on made-up listings:
-test_known_processes."""
+first seen, and an exo execs into another program after its evidence was kept
+(`process_memo`). And the system calls it stands on. The rules alone, on made-up
+listings: test_known_processes; the memo's, on a made-up process: test_process_memo."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +36,14 @@ EXEC_ON_LINE = (
     "import os, sys\n"
     "sys.stdin.readline()\n"
     f"os.execv(sys.executable, [sys.executable, '-c', {SLEEP!r}, {SPAWN_CHILD_FLAG!r}])\n"
+)
+# Maps exo's extension (the stand-in's), starts a spawn child, then once the FIFO it is
+# given closes, execs into another program of the same interpreter, the child its own.
+EXO_THEN_EXEC = (
+    "import exo_rs, os, subprocess, sys\n"
+    f"child = subprocess.Popen([sys.executable, '-c', {SLEEP!r}, {SPAWN_CHILD_FLAG!r}])\n"
+    "open(sys.argv[1]).read()\n"
+    f"os.execv(sys.executable, [sys.executable, '-c', {SLEEP!r}])\n"
 )
 THREADED = (
     "import threading, time\n"
@@ -61,21 +71,26 @@ def _watched(table: ProcessTable, verdicts: tuple[Verdict, ...]) -> Watched:
 
 
 def _cheap(scan: CheapScan) -> tuple[Said, Watched]:
-    table, verdicts = judge(None, OPTIONS, [], scan.candidates())
+    table, verdicts = judge(None, OPTIONS, [], scan.candidates(), scan.memo)
     return _said(verdicts), _watched(table, verdicts)
 
 
 def agree(scan: CheapScan) -> Said:
-    """One cheap scan, judged beside full ones: the same verdicts and watch list. A
-    full scan before and after it that disagree mean the table changed meanwhile (a
-    process of an earlier test leaving): then again, with another scan."""
+    return agreed(scan)[0]
+
+
+def agreed(scan: CheapScan) -> tuple[Said, Watched]:
+    """One cheap scan (with its memo, as the guardian's), judged beside full ones: the
+    same verdicts and watch list. A full scan before and after it that disagree mean
+    the table changed meanwhile (a process of an earlier test leaving): then again,
+    with another scan."""
     for _ in range(_TRIES):
         before = _full()
         cheap = _cheap(scan)
         after = _full()
         if before == after:
             assert cheap == before, f"cheap {cheap}\nfull {before}"
-            return cheap[0]
+            return cheap
     raise AssertionError(f"the process table kept changing over {_TRIES} tries")
 
 
@@ -269,6 +284,46 @@ def test_a_settled_process_that_execs_into_a_runner_is_read_within_a_turn(
     else:
         raise AssertionError(f"not read again within {VERIFY_SCANS} scans")
     assert late.pid in _pids(agree(scan))
+
+
+@pytest.mark.machine_wide
+def test_an_exo_that_execs_into_another_program_is_exo_no_more_whatever_was_kept(
+    exo_python: str, tmp_path: Path
+) -> None:
+    """Its evidence (exo's extension mapped) is kept from scan to scan: an exec into
+    another program of the same interpreter, same pid and start, drops it, and its
+    spawn child is no runner seen under a live exo any more."""
+    go = tmp_path / "go"
+    os.mkfifo(go)
+    exo = start_orphan([exo_python, "-c", EXO_THEN_EXEC, str(go)]).pid
+    children: list[int] = []
+
+    def spawned() -> bool:  # its child exec'd: a fork shows its parent's command line
+        children[:] = system.child_pids(exo)
+        lines = [system.command_line(child) or b"" for child in children]
+        return bool(lines) and all(SPAWN_CHILD_FLAG.encode() in line.split(b"\0") for line in lines)
+
+    try:
+        assert wait_until(spawned, 10)
+        scan = CheapScan()
+        for _ in range(3):  # first sight, settled, then from what is kept
+            _, watched = agreed(scan)
+            assert _runners_of(watched, exo) == set(children)
+        with open(go, "w"):
+            pass  # its read ends: it execs
+        assert wait_until(lambda: b"exo_rs" not in (system.command_line(exo) or b"exo_rs"), 10)
+        said, watched = agreed(scan)
+        assert _runners_of(watched, exo) is None
+        assert set(children) <= _pids(said)
+    finally:
+        for pid in (exo, *children):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _runners_of(watched: Watched, pid: int) -> set[int] | None:
+    """The pids of the runners watched under `pid`; None: it is not watched."""
+    found = [runners for process, runners in watched.items() if process.pid == pid]
+    return {runner.pid for runner in found[0]} if found else None
 
 
 def _exec(process: subprocess.Popen[bytes]) -> None:

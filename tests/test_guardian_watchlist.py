@@ -10,7 +10,7 @@ import pytest
 
 from exo_orphan_guard.guardian.leaving import STARTING_SECONDS, starting
 from exo_orphan_guard.guardian.pidfile import read_pidfile
-from exo_orphan_guard.guardian.watchlist import exo_processes, newly_watched, remember
+from exo_orphan_guard.guardian.watchlist import Remembering, exo_processes, newly_watched, remember
 from exo_orphan_guard.records import handover_marker, sightings
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
 from exo_orphan_guard.sweeper.verdicts import SweepOptions, decide
@@ -85,6 +85,28 @@ def test_what_is_watched_is_remembered_for_when_its_exo_is_gone(tmp_path: Path) 
     # identities): nothing is kept.
     assert remember(tmp_path, snapshot, {}) is None
     assert sightings.read(tmp_path, snapshot.boot_id) == {}
+
+
+def test_the_sightings_are_written_again_when_what_is_watched_or_the_file_changed(
+    tmp_path: Path,
+) -> None:
+    """A scan that watches what the last one did leaves the file alone, unless it was
+    removed or replaced meanwhile: then what is watched is written again."""
+    never = 2**22 + 10
+    worker = proc(never, 1, argv=WORKER_ARGV)
+    snapshot = table(worker, proc(never + 1, never, exo=False))
+    found = exo_processes(snapshot, ())
+    remembering = Remembering()
+    path = tmp_path / sightings.SIGHTINGS_NAME
+    assert remembering.remember(tmp_path, snapshot, found) is None
+    written = path.stat().st_ino
+    assert remembering.remember(tmp_path, snapshot, found) is None
+    assert path.stat().st_ino == written
+    path.unlink()
+    assert remembering.remember(tmp_path, snapshot, found) is None
+    assert sightings.read(tmp_path, snapshot.boot_id) == found
+    assert remembering.remember(tmp_path, snapshot, {}) is None
+    assert sightings.read(tmp_path, snapshot.boot_id) == {}, "its runner is not alive"
 
 
 def test_exos_pidfile_is_where_exo_keeps_it(monkeypatch: pytest.MonkeyPatch) -> None:

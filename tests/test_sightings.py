@@ -99,3 +99,27 @@ def test_a_sighting_that_cannot_be_written_is_a_warning(tmp_path: Path) -> None:
         assert warning is None
     else:
         assert warning is not None and sightings.SIGHTINGS_NAME in warning
+
+
+@pytest.mark.parametrize("change", ["replaced", "removed", "mode", "another boot"])
+def test_the_guardians_reader_reads_again_whatever_changed_the_file(
+    tmp_path: Path, change: str
+) -> None:
+    """The guardian asks at every scan (`Reader`): an unchanged file is not parsed
+    again, but a new one, none, or one that can no longer be trusted is seen at once."""
+    reader = sightings.Reader()
+    sightings.write(tmp_path, BOOT, {EXO: frozenset({RUNNER})})
+    assert reader.read(tmp_path, BOOT) == {EXO: frozenset({RUNNER})}
+    path = tmp_path / sightings.SIGHTINGS_NAME
+    expected: dict[ProcessIdentity, frozenset[ProcessIdentity]] = {}
+    boot = BOOT
+    if change == "replaced":
+        sightings.write(tmp_path, BOOT, {EXO: frozenset({OTHER})})
+        expected = {EXO: frozenset({OTHER})}
+    elif change == "removed":
+        path.unlink()
+    elif change == "mode":
+        path.chmod(0o666)
+    else:
+        boot = "boot-b"
+    assert reader.read(tmp_path, boot) == expected

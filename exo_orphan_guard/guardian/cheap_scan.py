@@ -3,7 +3,10 @@
 Each scan reads the pid allocator's mark, lists what the plan says (nothing, a few
 pids, or every process), reads the command lines it names, and hands the candidates
 (spawn children, and processes whose command line vanished) to the sweep's snapshot
-in place of a pass over every command line (`judging.judge`'s `candidates`).
+in place of a pass over every command line (`judging.judge`'s `candidates`), with
+what the scans before read of them that cannot have changed (`memo`:
+`sweeper.process_memo`), and the guardian's sightings, parsed again only when the file
+changed (`seen`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from typing import final
 
 from .. import system
+from ..records import sightings
+from ..sweeper.process_memo import ProcessMemo
 from ..system.process_facts import Pid
 from .known_processes import Known, Listing, absorb, kind_of, listing_plan, plan_reads
 
@@ -19,6 +24,9 @@ from .known_processes import Known, Listing, absorb, kind_of, listing_plan, plan
 class CheapScan:
     def __init__(self) -> None:
         self._known = Known()
+        self.memo = ProcessMemo()
+        self.seen = sightings.Reader()
+        """For `judge`, with the candidates."""
 
     def candidates(self) -> frozenset[Pid]:
         """The pids whose command lines a full scan's pass would pick now."""

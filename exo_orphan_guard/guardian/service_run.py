@@ -8,9 +8,10 @@ guardian:
 1. ends what was orphaned while it was not running (a sweep of every process);
 2. every scan interval, judges the process table as a sweep does
    (`judging.judge`, its command-line pass replaced by `CheapScan`, which reads only
-   what is new), starts an exit watch on each exo process with runners it has not
-   seen (pidfd on Linux, kqueue on macOS, polling on the portable backend), and ends
-   any orphan the scan finds (an exo killed between two scans);
+   what is new and keeps what cannot change of what it describes), starts an exit
+   watch on each exo process with runners it has not seen (pidfd on Linux, kqueue on
+   macOS, polling on the portable backend), and ends any orphan the scan finds (an
+   exo killed between two scans);
 3. when a watched exo process exits, ends the runners last seen under it at once,
    judging only them (a few milliseconds), then scans again. An exo whose hooks hand
    its runners their own Shutdown (`handover_marker`) has them left alone for the
@@ -175,6 +176,7 @@ class Guardian:
         lose and regain runners (a model unloaded, another loaded)."""
         self._claims = Claims()
         self._sightings_problem: str | None = None
+        self._sightings = watchlist.Remembering()
         self._cheap_scan = CheapScan()
         self._pidfile = PidfileReader(settings.exo_pidfile())
         self._pidfile_hangs = False
@@ -258,12 +260,14 @@ class Guardian:
         warnings: list[str] = []
         base = settings.registry_dir()
         registry, _ = Registry.open(base, create=False)
-        table, verdicts = judge(registry, OPTIONS, warnings, self._cheap_scan.candidates())
+        scan = self._cheap_scan
+        candidates = scan.candidates()
+        table, verdicts = judge(registry, OPTIONS, warnings, candidates, scan.memo, scan.seen)
         named = _named(table, (*self._named, *self._in_pidfile(), *self._leaving.requested()))
         found = watchlist.exo_processes(table, verdicts, named)
         self._starting = starting(verdicts, time.time())
         if registry is not None:  # before any exit watch: its ending judges by them
-            problem = watchlist.remember(registry.path, table, found)
+            problem = self._sightings.remember(registry.path, table, found)
             if problem is not None and problem != self._sightings_problem:
                 say(problem)
             self._sightings_problem = problem

@@ -13,9 +13,10 @@ exo's once it is gone, whatever they show themselves.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, final
 
 from ..records import sightings
 from ..sweeper.process_table import ProcessInfo, ProcessTable
@@ -72,6 +73,43 @@ def remember(directory: Path, table: ProcessTable, watched: Watched) -> str | No
     return sightings.remember(
         directory, table.boot_id, watched, lambda runner: liveness(runner) != "gone"
     )
+
+
+Signature = tuple[int, int, int, int]
+
+
+@final
+class Remembering:
+    """`remember`, left out while what is watched and the sightings file are as the
+    last call left them: an idle exo's scans read, merged and compared the file at
+    every scan to write nothing. What it saves: dropping, from a sighting of an exo no
+    longer watched, runners that died since (a sighting names processes by identity,
+    so one of a dead process never counts for another); that waits for the next
+    change of what is watched."""
+
+    def __init__(self) -> None:
+        self._left: tuple[Path, Watched, Signature] | None = None
+
+    def remember(self, directory: Path, table: ProcessTable, watched: Watched) -> str | None:
+        path = directory / sightings.SIGHTINGS_NAME
+        signature = _signature(path)
+        if signature is not None and self._left == (directory, watched, signature):
+            return None
+        problem = remember(directory, table, watched)
+        signature = _signature(path)
+        self._left = None
+        if problem is None and signature is not None:
+            self._left = (directory, dict(watched), signature)
+        return problem
+
+
+def _signature(path: Path) -> Signature | None:
+    """What changes whenever the file is replaced, written or removed."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
 
 
 def newly_watched(before: Watched, now: Watched) -> list[ProcessIdentity]:

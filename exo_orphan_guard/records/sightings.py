@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Final, cast
+from typing import Final, cast, final
 
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
@@ -64,6 +64,33 @@ def read(directory: Path, boot_id: str) -> dict[ProcessIdentity, frozenset[Proce
         if parsed is not None:
             found[parsed[0]] = parsed[1]
     return found
+
+
+@final
+class Reader:
+    """`read`, for a guardian that asks at every scan: the file is read and parsed again
+    only when its `lstat` changed (inode, size, times, owner, mode: the guardian
+    replaces it, never writes it in place), and trusted as `read` trusts it."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[object, ...], dict[ProcessIdentity, frozenset[ProcessIdentity]]]
+        self._last = ((), {})
+
+    def read(
+        self, directory: Path, boot_id: str
+    ) -> dict[ProcessIdentity, frozenset[ProcessIdentity]]:
+        try:
+            info = os.lstat(directory / SIGHTINGS_NAME)
+        except OSError:
+            return {}
+        signature = (
+            *(directory, boot_id, info.st_dev, info.st_ino, info.st_size),
+            *(info.st_mtime_ns, info.st_ctime_ns, info.st_mode, info.st_uid),
+        )
+        if self._last[0] != signature:
+            # Read after the lstat: a change in between shows at the next call.
+            self._last = (signature, read(directory, boot_id))
+        return dict(self._last[1])
 
 
 def merged(

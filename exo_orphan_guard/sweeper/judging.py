@@ -11,6 +11,7 @@ from ..records import sightings
 from ..records.registry import LoadedRecord, Registry
 from ..system.identity import liveness
 from . import process_table
+from .process_memo import ProcessMemo
 from .process_table import ProcessTable
 from .verdicts import SweepOptions, Verdict, decide
 
@@ -40,10 +41,13 @@ def judge(
     options: SweepOptions,
     warnings: list[str],
     candidates: Collection[int] | None = None,
+    memo: ProcessMemo | None = None,
+    seen_by: sightings.Reader | None = None,
 ) -> tuple[ProcessTable, tuple[Verdict, ...]]:
     """Read the records (their problems into `warnings`), snapshot what they and
-    `options` call for (`candidates`: see `process_table.gather`), and judge each
-    process (`verdicts.decide`) by them and by what the guardian saw (`sightings`)."""
+    `options` call for (`candidates`, `memo`: see `process_table.gather`), and judge each
+    process (`verdicts.decide`) by them and by what the guardian saw (`sightings`, read
+    through `seen_by` if given)."""
     records: list[LoadedRecord] = []
     if registry is not None:
         records, problems = registry.load()
@@ -68,6 +72,8 @@ def judge(
         match=options.match,
         groups=groups,
         candidates=candidates,
+        memo=memo,
     )
-    seen = {} if registry is None else sightings.read(registry.path, table.boot_id)
+    read = sightings.read if seen_by is None else seen_by.read
+    seen = {} if registry is None else read(registry.path, table.boot_id)
     return table, decide(table, records, options, seen)

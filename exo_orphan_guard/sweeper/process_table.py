@@ -16,6 +16,7 @@ import signal
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache, partial
 from typing import Final, Literal, final
 
 from .. import system
@@ -23,6 +24,7 @@ from ..system.identity import ProcessIdentity, current_identity
 from ..system.process_facts import DEAD, ZOMBIE, MemoryUsage, Pid
 from ..system.settings import RUNNER_ENV
 from .exo_detect import ExoExecutables
+from .process_memo import ProcessMemo, Role
 
 SPAWN_CHILD_FLAG: Final = "--multiprocessing-fork"
 _SPAWN_CHILD_WORD: Final = SPAWN_CHILD_FLAG.encode()
@@ -52,6 +54,12 @@ def is_guard_command(argv: Sequence[str]) -> bool:
         command = next((later for later in rest if not later.startswith("-")), "")
         return command != "exec"
     return False
+
+
+@lru_cache(maxsize=256)
+def _is_guard_argv(argv: tuple[str, ...]) -> bool:
+    """`is_guard_command`, asked of the same few command lines at every scan."""
+    return is_guard_command(argv)
 
 
 @final
@@ -105,7 +113,7 @@ class ProcessInfo:
 
     @property
     def is_guard(self) -> bool:
-        return is_guard_command(self.argv)
+        return _is_guard_argv(self.argv)
 
     @property
     def runs_exo(self) -> bool:
@@ -142,12 +150,14 @@ def gather(
     match: re.Pattern[str] | None,
     groups: Collection[int] = (),
     candidates: Collection[int] | None = None,
+    memo: ProcessMemo | None = None,
 ) -> ProcessTable:
     """Snapshot `interesting` pids, plus spawn children (`fingerprint`) or processes
     whose command line matches `match`, plus members of process `groups`, plus the
     parents of all of those. `candidates`: the only pids to look at for the first two
     (the runners the guardian saw under a worker that died), instead of every command
-    line: what `decide` then says of them is the same, in a few milliseconds."""
+    line: what `decide` then says of them is the same, in a few milliseconds. `memo`:
+    what the guardian's earlier scans read that cannot have changed (`process_memo`)."""
     wanted: set[int] = set(interesting)
     if candidates is not None:
         wanted.update(candidates)
@@ -159,7 +169,7 @@ def gather(
     unreadable: set[int] = set()
 
     def describe(pid: int) -> None:
-        info = _describe(pid)
+        info = _describe(pid) if memo is None else memo.describe(pid, _describe)
         if info == "unreadable":
             unreadable.add(pid)
         elif info != "gone":
@@ -171,15 +181,18 @@ def gather(
     for info in list(processes.values()):
         if info.ppid > 0 and info.ppid not in processes:
             describe(info.ppid)
-    _mark_exo(processes)
+    _mark_exo(processes, memo)
     _read_spawn_pipes(processes)
     _read_runner_markers(processes, groups)
     me = current_identity()
+    protected = frozenset(_protected(me.pid, processes, memo))
+    if memo is not None:
+        memo.settle()
     return ProcessTable(
         processes=processes,
         me=me,
         uid=os.geteuid(),
-        protected=frozenset(_protected(me.pid, processes)),
+        protected=protected,
         boot_id=system.boot_id(),
         taken_at=time.time(),
         unreadable=frozenset(unreadable),
@@ -188,7 +201,7 @@ def gather(
     )
 
 
-def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
+def _mark_exo(processes: dict[Pid, ProcessInfo], memo: ProcessMemo | None) -> None:
     """What shows exo, where the rules need it: in each live parent of a spawn child
     (exo's main process shows it however it was started), then in each spawn child
     whose parent shows none (an orphan, or one adopted by a subreaper or an init).
@@ -200,25 +213,19 @@ def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
         parent = processes.get(Pid(child.ppid))
         if parent is None or parent.pid in parents or not _may_be_spawner(parent):
             continue
-        parents[parent.pid] = exo.evidence(
-            parent.argv, parent.exe, _mapped(parent.pid), alive_parent=True
-        )
+        parents[parent.pid] = _evidence(exo, parent, "parent", memo)
     for pid, found in parents.items():
         processes[pid] = dataclasses.replace(processes[pid], exo_evidence=found)
     for child in children:
         exo_parent = parents.get(Pid(child.ppid)) is not None
         orphaned = Pid(child.ppid) not in parents
-        found = (
-            None
-            if exo_parent or child.vanished
-            else exo.evidence(child.argv, child.exe, _mapped(child.pid), alive_parent=False)
+        found = None if exo_parent or child.vanished else _evidence(exo, child, "child", memo)
+        environment = (
+            exo.in_environment(child.argv, child.exe)
+            if memo is None
+            else memo.environment(child.pid, partial(exo.in_environment, child.argv, child.exe))
         )
-        environment = exo.in_environment(child.argv, child.exe)
-        ignores = (
-            system.ignores_signal(child.pid, signal.SIGINT)
-            if found or orphaned or environment
-            else None
-        )
+        ignores = _ignores_sigint(child.pid, memo) if found or orphaned or environment else None
         current = processes[child.pid]  # its own evidence, if it is a parent too
         processes[child.pid] = dataclasses.replace(
             current,
@@ -226,6 +233,20 @@ def _mark_exo(processes: dict[Pid, ProcessInfo]) -> None:
             in_exo_environment=environment,
             ignores_sigint=ignores,
         )
+
+
+def _evidence(
+    exo: ExoExecutables, info: ProcessInfo, role: Role, memo: ProcessMemo | None
+) -> str | None:
+    def look() -> str | None:
+        return exo.evidence(info.argv, info.exe, _mapped(info.pid), alive_parent=role == "parent")
+
+    return look() if memo is None else memo.evidence(info.pid, role, look)
+
+
+def _ignores_sigint(pid: Pid, memo: ProcessMemo | None) -> bool | None:
+    known = None if memo is None else memo.ignores_sigint(pid)
+    return system.ignores_signal(pid, signal.SIGINT) if known is None else known
 
 
 def _may_be_spawner(info: ProcessInfo) -> bool:
@@ -340,15 +361,19 @@ def _unlisted(pid: int) -> bool:
         return False
 
 
-def _protected(me: int, processes: Mapping[Pid, ProcessInfo]) -> set[int]:
+def _protected(me: int, processes: Mapping[Pid, ProcessInfo], memo: ProcessMemo | None) -> set[int]:
     """`me`, its ancestors, and those of `processes` that descend from it (or whose
     ancestry cannot be read): found by walking up from each (a few steps), never by
-    walking down the whole tree."""
+    walking down the whole tree; not again for one `memo` found outside."""
     protected = {me, *(_ancestry(me) or ())}
     for pid in processes:
+        if memo is not None and memo.outside(pid):
+            continue
         ancestry = _ancestry(pid)
         if ancestry is None or me in ancestry:
             protected.add(pid)
+        elif memo is not None and pid != me:
+            memo.found_outside(pid)
     return protected
 
 

@@ -36,6 +36,7 @@ from .process_facts import (
     Pid,
     ProcessDetails,
     ProcessStart,
+    ProcessState,
     Stamp,
     WiredMemory,
 )
@@ -109,6 +110,14 @@ def environment_value(pid: int, name: str) -> str | None:
 def process_details(pid: int) -> ProcessDetails | None:
     """What a sweep's snapshot needs of `pid`, in one pass. None: refused as no such
     process (exiting: ask `read_start`). PermissionError: it cannot be read."""
+    raise NotImplementedError
+
+
+@_backed
+def process_state(pid: int) -> ProcessState | None:
+    """What may change while `pid` lives (parent, state, group, memory) and a stamp of
+    the program it runs (`ProcessState.image`), in one cheap pass. None: not read
+    cleanly (gone, refused, unreadable): ask `process_details`, which tells which."""
     raise NotImplementedError
 
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Final, final
 
-from .process_facts import CreationMark, Pid, ProcessStart, Stamp
+from . import _linux_state
+from .process_facts import CreationMark, Pid, ProcessStart, ProcessState, Stamp
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG: Final = 1
@@ -66,6 +67,10 @@ def read_start(pid: int) -> ProcessStart | None:
     if stat is None:
         return None
     return ProcessStart(stat.start_ticks / _CLOCK_TICKS, stat.state in _EXITED_STATES)
+
+
+def process_state(pid: int) -> ProcessState | None:
+    return _linux_state.process_state(pid)
 
 
 def parent_pid(pid: int) -> int | None:

@@ -7,6 +7,7 @@ alone, and `_linux` and `_darwin` replace only what they do better (`backend`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Collection, Iterator
@@ -22,6 +23,7 @@ from .process_facts import (
     Pid,
     ProcessDetails,
     ProcessStart,
+    ProcessState,
     Stamp,
     WiredMemory,
 )
@@ -312,6 +314,38 @@ def process_details(pid: int) -> ProcessDetails | None:
             isinstance(detail, Unread) and detail.gone for detail in (argv, exe, rss, pgid)
         ),
     )
+
+
+def process_state(pid: int) -> ProcessState | None:
+    """Through psutil, `image` being the executable and command line; None if any of it
+    could not be read."""
+
+    def state() -> ProcessState:
+        process = psutil.Process(pid)
+        with process.oneshot():
+            status = process.status()
+            exited = status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+            start = ProcessStart(raw_start(process), exited)
+            ppid = process.ppid()
+            image = (process.exe(), tuple(process.cmdline()))
+        return ProcessState(
+            start=start,
+            ppid=ppid,
+            status=status,
+            pgid=os.getpgid(pid),
+            rss=None,
+            memory=None,
+            image=None if exited or not image[1] else image,
+        )
+
+    found = read_or(state, None)
+    if found is None or found.image is None:
+        return found
+    from . import memory_usage as backed_memory_usage  # the footprint on macOS
+
+    memory = backed_memory_usage(pid)
+    rss = read_or(lambda: psutil.Process(pid).memory_info().rss, None)
+    return dataclasses.replace(found, memory=memory, rss=rss)
 
 
 def effective_uid(pid: int) -> int | None:

@@ -113,3 +113,30 @@ class ProcessDetails:
     refused: bool
     """A detail was refused as "no such process" although the first four were read:
     the process may be exiting (the caller asks the process table)."""
+
+
+Image = tuple[object, ...]
+"""What shows which program a process runs, equal only while it runs the same one:
+a new one after each exec (`ProcessState.image`)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProcessState:
+    """What may change while a process lives, read afresh in one pass (`/proc/<pid>/stat`
+    on Linux) so that what cannot change is read once per image (the guardian's scans).
+
+    `image` changes when the process execs: on Linux the addresses exec randomizes
+    (stack, arguments, environment) with its executable and command line; elsewhere
+    its executable and command line (macOS keeps the pid and the start across an exec).
+    None: nothing to tell an exec by (another user's process, a zombie)."""
+
+    start: ProcessStart
+    ppid: int
+    status: str
+    pgid: int | None
+    rss: int | None
+    memory: MemoryUsage | None
+    image: Image | None
+    ignores_sigint: bool | None = None
+    """As `ignores_signal(pid, SIGINT)` answers, where the same pass shows it (Linux)."""

@@ -1,0 +1,70 @@
+"""The guardian's scans the benchmarks compare, each run as the guardian itself
+(`service run`, its `CheapScan` swapped): today's (every command line), the cheap one
+with nothing kept between scans (everything read of what it describes, and the
+sightings file parsed, at every scan: as before issue 40's memo), and the guardian's
+own (`guardian.cheap_scan`: what is new, what cannot change kept)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Final, Literal, final, get_args
+
+from exo_orphan_guard import system
+from exo_orphan_guard.guardian import service_run
+from exo_orphan_guard.guardian.cheap_scan import CheapScan
+from exo_orphan_guard.records import sightings
+from exo_orphan_guard.sweeper.process_memo import ProcessMemo
+from exo_orphan_guard.sweeper.process_table import is_spawn_candidate
+from exo_orphan_guard.system.process_facts import Pid
+
+from .guardian_process import SERVICE_RUN
+
+Variant = Literal["today", "unkept", "cheap"]
+VARIANTS: Final[tuple[Variant, ...]] = get_args(Variant)
+NAMES: Final[dict[Variant, str]] = {
+    "today": "today's: every command line",
+    "unkept": "cheap: what is new, nothing kept between scans",
+    "cheap": "cheap, what cannot change kept",
+}
+
+
+@final
+class EveryCommandLine:
+    """Today's scan in the guardian: every process's command line at every scan."""
+
+    memo: ProcessMemo | None = None
+    seen: sightings.Reader | None = None
+
+    def candidates(self) -> frozenset[Pid]:
+        return frozenset(pid for pid, raw in system.iter_command_lines() if is_spawn_candidate(raw))
+
+
+@final
+class Unkept:
+    """The cheap scan keeping nothing between scans: no memo, no sightings reader."""
+
+    memo: ProcessMemo | None = None
+    seen: sightings.Reader | None = None
+
+    def __init__(self) -> None:
+        self._scan = CheapScan()
+
+    def candidates(self) -> frozenset[Pid]:
+        return self._scan.candidates()
+
+
+def guardian_command(variant: Variant) -> tuple[str, ...]:
+    if variant == "cheap":
+        return SERVICE_RUN
+    return (sys.executable, "-m", "bench.scan_variants", variant)
+
+
+def main() -> None:
+    """`service run` with the scan of the variant named (`today` or `unkept`)."""
+    variant = sys.argv[1]
+    service_run.CheapScan = EveryCommandLine if variant == "today" else Unkept
+    sys.exit(service_run.run())
+
+
+if __name__ == "__main__":
+    main()
