@@ -34,22 +34,10 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal, final
+from typing import Final
 
-AnchorName = Literal["entrypoint", "Worker.plan_step", "constants", "Shutdown", "Runner.main"]
-MissingReason = Literal[
-    "file missing",
-    "file unreadable",
-    "cannot parse",
-    "definition missing",
-    "signature differs",
-    "first statement differs",
-    "field missing",
-    "import missing",
-    "no place",
-]
+from .anchor_facts import Anchor, AnchorName, Found, Missing, MissingReason
 
 ENTRYPOINT_FILE: Final = "src/exo/worker/runner/bootstrap.py"
 WORKER_FILE: Final = "src/exo/worker/main.py"
@@ -78,41 +66,6 @@ keeps its anchor."""
 SHUTDOWN_FIELDS: Final = ("instance_id", "runner_id")
 
 
-@final
-@dataclass(frozen=True, slots=True)
-class Found:
-    anchor: AnchorName
-    file: str
-    """Relative to the tree, `/`-separated."""
-    line: int
-    """The `def` or `class` line (1-based; after any decorators)."""
-    body_line: int
-    """The body's first statement."""
-    indent: str
-    """The body's indentation, as written."""
-    detail: str
-    """What was found, e.g. the parameters."""
-    found: Literal[True] = True
-
-    def describe(self) -> str:
-        return f"{self.anchor}: found, {self.file}:{self.line} ({self.detail})"
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Missing:
-    anchor: AnchorName
-    file: str
-    reason: MissingReason
-    detail: str
-    """Which definition, parameter, statement or field, and what is there instead."""
-    found: Literal[False] = False
-
-    def describe(self) -> str:
-        return f"{self.anchor}: missing, {self.file}: {self.reason}: {self.detail}"
-
-
-Anchor = Found | Missing
 FILES: Final[dict[AnchorName, str]] = {
     "entrypoint": ENTRYPOINT_FILE,
     "Worker.plan_step": WORKER_FILE,
