@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import final
 
 import anyio
 import psutil
@@ -63,6 +64,7 @@ sys.stdin.read()
 """
 
 
+@final
 class _Runners:
     """Runners of one worker, by kind: recorded, holds-on (recorded, takes SIGINT
     without ending), unrecorded."""
@@ -89,6 +91,7 @@ class _Runners:
         self.kill_worker()
 
 
+@final
 class PlanReachedError(Exception):
     pass
 
@@ -147,7 +150,10 @@ async def test_worker_ends_a_recorded_leftover_before_its_plan_loop(
     assert this_test is not None
     for name, runner in (("reused", reused), ("this-test", this_test)):
         record = RunnerRecord(runner=runner, worker=dead_worker)
-        (tmp_path / "runners" / f"{name}.json").write_text(record.to_json())
+        (tmp_path / "runners" / f"{name}.json").write_text(record.model_dump_json())
+    # and a file that is no record at all: removed, never raised
+    corrupt = tmp_path / "runners" / "corrupt.json"
+    corrupt.write_text('{"runner": {"pid": 1')
     dead.kill_worker()
 
     leftover_at_plan: list[bool] = []
@@ -165,6 +171,7 @@ async def test_worker_ends_a_recorded_leftover_before_its_plan_loop(
     assert _alive(live_runner) and _alive(unrecorded)
     recorded = [record.runner.pid for _, record in read_records(tmp_path / "runners")]
     assert sorted(recorded) == sorted([live_runner.pid, os.getpid()])
+    assert not corrupt.exists()
 
 
 async def test_a_leftover_that_does_not_end_on_sigint_is_killed(
