@@ -11,47 +11,34 @@ and every sweep removes the records whose runner is gone.
 """
 
 import contextlib
-import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Self, cast
+from typing import final
 
 import psutil
+from pydantic import BaseModel, ConfigDict
+
+# FrozenModel's frozen, strict and extra="forbid" (exo.utils.pydantic_ext): the
+# records run in exo from v1.0.61 on, and FrozenModel is there from v1.0.64
+RECORD_CONFIG = ConfigDict(frozen=True, strict=True, extra="forbid")
 
 
-@dataclass(frozen=True)
-class ProcessIdentity:
+@final
+class ProcessIdentity(BaseModel):
+    model_config = RECORD_CONFIG
+
     pid: int
     started: float
     """psutil's create_time()"""
 
-    @classmethod
-    def from_json(cls, value: object) -> Self:
-        fields = cast(dict[str, object], value) if isinstance(value, dict) else {}
-        pid, started = fields.get("pid"), fields.get("started")
-        if type(pid) is not int or type(started) is not float:
-            raise ValueError(f"not a process identity: {value!r}")
-        return cls(pid=pid, started=started)
 
+@final
+class RunnerRecord(BaseModel):
+    model_config = RECORD_CONFIG
 
-@dataclass(frozen=True)
-class RunnerRecord:
     runner: ProcessIdentity
     worker: ProcessIdentity
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Self:
-        document = cast(object, json.loads(data))
-        fields = cast(dict[str, object], document) if isinstance(document, dict) else {}
-        return cls(
-            runner=ProcessIdentity.from_json(fields.get("runner")),
-            worker=ProcessIdentity.from_json(fields.get("worker")),
-        )
 
 
 def identity_of(pid: int) -> ProcessIdentity | None:
@@ -90,7 +77,7 @@ def record_runner(directory: Path, worker_pid: int) -> None:
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as file:
-            file.write(record.to_json())
+            file.write(record.model_dump_json())
         os.replace(temporary, directory / f"{runner.pid}.json")
     except BaseException:
         with contextlib.suppress(OSError):
@@ -99,13 +86,17 @@ def record_runner(directory: Path, worker_pid: int) -> None:
 
 
 def read_records(directory: Path) -> list[tuple[Path, RunnerRecord]]:
-    """Every readable record; an unreadable one names no process and is removed."""
+    """Every readable record. A file that is not one (corrupt, or not written by
+    record_runner) fails validation, names no process and is removed; one that cannot
+    be read now is skipped."""
     records: list[tuple[Path, RunnerRecord]] = []
     with contextlib.suppress(FileNotFoundError):
         for path in sorted(directory.glob("*.json")):
             try:
-                records.append((path, RunnerRecord.from_json(path.read_bytes())))
-            except ValueError:
+                records.append(
+                    (path, RunnerRecord.model_validate_json(path.read_bytes()))
+                )
+            except ValueError:  # pydantic's ValidationError is one
                 forget(path)
             except OSError:
                 continue

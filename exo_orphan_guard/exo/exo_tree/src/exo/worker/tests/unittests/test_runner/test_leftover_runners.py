@@ -9,6 +9,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import final
 
 import anyio
 import psutil
@@ -32,14 +33,16 @@ from exo.worker.tests.constants import NODE_A
 # A runner as the sweep sees one: a `--multiprocessing-fork` child of its worker,
 # recorded by exo's own record_runner (or not), waiting on its main thread.
 _RUNNER = """
-import os, sys, threading
+import os, signal, sys, threading
 from pathlib import Path
 from exo.worker.runner.runner_record import record_runner
+# Python's own SIGINT handler, also where SIGINT came in ignored (a shell's
+# background job), which Python would leave ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 kind, directory = sys.argv[1], Path(sys.argv[2])
 if kind != "unrecorded":
     record_runner(directory / "runners", os.getppid())
 if kind == "holds-on":
-    import signal
     signal.signal(signal.SIGINT, lambda *_: (directory / f"{os.getpid()}.sigint").touch())
 print(os.getpid(), flush=True)
 try:
@@ -63,9 +66,11 @@ sys.stdin.read()
 """
 
 
+@final
 class _Runners:
     """Runners of one worker, by kind: recorded, holds-on (recorded, takes SIGINT
-    without ending), unrecorded."""
+    without ending), unrecorded. Started at once; `started` waits for them, so that
+    several workers start side by side."""
 
     def __init__(self, directory: Path, *kinds: str) -> None:
         self.worker = subprocess.Popen(
@@ -73,10 +78,16 @@ class _Runners:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
+        self._kinds = kinds
+        self.runners: list[psutil.Process] = []
+
+    def started(self) -> list[psutil.Process]:
+        """The runners, once each has recorded itself (or not) and said its pid."""
         assert self.worker.stdout is not None
         pids = [int(pid) for pid in self.worker.stdout.readline().split()]
-        assert len(pids) == len(kinds)
+        assert len(pids) == len(self._kinds)
         self.runners = [psutil.Process(pid) for pid in pids]
+        return self.runners
 
     def kill_worker(self) -> None:
         self.worker.kill()
@@ -89,6 +100,7 @@ class _Runners:
         self.kill_worker()
 
 
+@final
 class PlanReachedError(Exception):
     pass
 
@@ -136,8 +148,8 @@ async def test_worker_ends_a_recorded_leftover_before_its_plan_loop(
     dead = _Runners(tmp_path, "recorded", "unrecorded")
     live = _Runners(tmp_path, "recorded")
     runners += [dead, live]
-    leftover, unrecorded = dead.runners
-    (live_runner,) = live.runners
+    leftover, unrecorded = dead.started()
+    (live_runner,) = live.started()
     dead_worker = identity_of(dead.worker.pid)
     assert dead_worker is not None
     # records that name the wrong process: a reused pid (another start time), and a
@@ -147,7 +159,10 @@ async def test_worker_ends_a_recorded_leftover_before_its_plan_loop(
     assert this_test is not None
     for name, runner in (("reused", reused), ("this-test", this_test)):
         record = RunnerRecord(runner=runner, worker=dead_worker)
-        (tmp_path / "runners" / f"{name}.json").write_text(record.to_json())
+        (tmp_path / "runners" / f"{name}.json").write_text(record.model_dump_json())
+    # and a file that is no record at all: removed, never raised
+    corrupt = tmp_path / "runners" / "corrupt.json"
+    corrupt.write_text('{"runner": {"pid": 1')
     dead.kill_worker()
 
     leftover_at_plan: list[bool] = []
@@ -165,16 +180,18 @@ async def test_worker_ends_a_recorded_leftover_before_its_plan_loop(
     assert _alive(live_runner) and _alive(unrecorded)
     recorded = [record.runner.pid for _, record in read_records(tmp_path / "runners")]
     assert sorted(recorded) == sorted([live_runner.pid, os.getpid()])
+    assert not corrupt.exists()
 
 
 async def test_a_leftover_that_does_not_end_on_sigint_is_killed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runners: list[_Runners]
 ) -> None:
-    monkeypatch.setattr(leftover_runners, "LEFTOVER_RUNNER_INTERRUPT_SECONDS", 0.5)
+    # the bound runs out whatever its length: this runner never ends on SIGINT
+    monkeypatch.setattr(leftover_runners, "LEFTOVER_RUNNER_INTERRUPT_SECONDS", 0.1)
     dead = _Runners(tmp_path, "holds-on")
     runners.append(dead)
+    (leftover,) = dead.started()
     dead.kill_worker()
-    (leftover,) = dead.runners
     said: list[str] = []
     sink = logger.add(lambda message: said.append(str(message).strip()), level="INFO")
     try:
@@ -194,8 +211,8 @@ async def test_exo_stopping_does_not_wait_for_the_sweep(
     monkeypatch.setattr(leftover_runners, "LEFTOVER_RUNNER_INTERRUPT_SECONDS", 3600)
     dead = _Runners(tmp_path, "holds-on")
     runners.append(dead)
+    (leftover,) = dead.started()
     dead.kill_worker()
-    (leftover,) = dead.runners
     threads = threading.active_count()
 
     # the cancel is what exo's stop does to the plan loop; the bound only keeps a

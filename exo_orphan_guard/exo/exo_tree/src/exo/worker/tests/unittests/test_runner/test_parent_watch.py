@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import cast
+from typing import cast, final
 
 import anyio
 import psutil
@@ -77,6 +77,7 @@ def _worker(
     runner.join()
 
 
+@final
 class _Runner:
     def __init__(self, guard: str) -> None:
         self.events, self._events_rx = mp_channel[RunnerEvent]()
@@ -156,7 +157,7 @@ async def test_runner_ends_through_shutdown_when_its_worker_is_killed(
         assert orphan.ppid() != unguarded.worker.pid
 
         (record_path,) = (tmp_path / "runners").glob("*.json")
-        record = RunnerRecord.from_json(record_path.read_bytes())
+        record = RunnerRecord.model_validate_json(record_path.read_bytes())
         assert (record.runner.pid, record.worker.pid) == (
             runner.pid,
             guarded.worker.pid,
