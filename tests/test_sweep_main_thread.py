@@ -1,5 +1,6 @@
-"""SIGINT ends an exo runner only on its main thread, and is never sent to a stopped
-process: a stopped runner is continued first. Real runners shaped like exo main's
+"""SIGINT ends an exo runner only on its main thread. A stopped runner gets it on its
+main thread while still stopped, then SIGCONT (Linux aims a signal at a thread;
+elsewhere it is continued first, and interrupted once it runs). Real runners shaped like exo main's
 (the main thread in `queue.Queue.get()`, beside a task reader and busy helper
 threads), their worker SIGKILLed, each then stopped (SIGSTOP) as a sweep that froze
 its targets used to leave them: every one ends through Python, SIGINT alone.
