@@ -177,11 +177,13 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
     applied = cli(uv_environment, "patch", "apply", "--exo", str(tree), "--source", str(source))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     lines = applied.stdout.splitlines()
-    assert lines[1] == f"source: {source} ({kind}), with the orphan-guard extra"
+    # --source brings the package, so the local series goes on top of the PR.
+    assert lines[1] == "local series v1.0.71 (the package's part inside exo): applied"
+    assert lines[2] == f"source: {source} ({kind}), with the orphan-guard extra"
     # uv locks a checkout's dynamic version as such; built artefacts carry theirs.
     locked_as = "(dynamic)" if kind == "checkout" else f"v{__version__}"
-    assert lines[2] == f"uv.lock: locked (Added exo-orphan-guard {locked_as})"
-    assert len(lines) == 3
+    assert lines[3] == f"uv.lock: locked (Added exo-orphan-guard {locked_as})"
+    assert len(lines) == 4
     versions = locked_versions(tree)
     assert versions["exo-orphan-guard"] == ("" if kind == "checkout" else __version__)
     assert versions["psutil"] == "7.2.1"  # exo's lock keeps its psutil
@@ -189,7 +191,7 @@ def test_patched_exo_like_project_locks_syncs_and_imports_the_guard_offline(
 
     checked = cli(uv_environment, "patch", "check", "--exo", str(tree))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    _, source_line, lock_line, undo_line = checked.stdout.splitlines()
+    _, _, source_line, lock_line, undo_line = checked.stdout.splitlines()
     assert source_line == f"source: {source}"
     assert lock_line.startswith("uv.lock: current (Resolved ")
     assert undo_line.startswith("undo record: ")
@@ -235,8 +237,9 @@ def test_without_a_source_the_patched_tree_still_locks_syncs_and_runs_with_the_w
     before = snapshot(tree)
     applied = cli(uv_environment, "patch", "apply", "--exo", str(tree))
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    series, source, lock = applied.stdout.splitlines()
+    series, local, source, lock = applied.stdout.splitlines()
     assert series.startswith(f"series v1.0.71 ({len(SERIES.files)} files) applied")
+    assert local.startswith("local series: not applied")
     assert "uv run --with " in source
     assert f"exo-orphan-guard patch apply --exo {tree} --source " in source
     assert lock == "uv.lock: nothing to lock (pyproject.toml is unchanged)"
@@ -245,7 +248,7 @@ def test_without_a_source_the_patched_tree_still_locks_syncs_and_runs_with_the_w
     uv(tree, uv_environment, "lock", "--check")  # the lock is current, package or not
     uv(tree, uv_environment, "sync", "--locked")  # exo's app build step, as it is
     checked = cli(uv_environment, "patch", "check", "--exo", str(tree))
-    assert checked.stdout.splitlines()[2].startswith("uv.lock: current")
+    assert checked.stdout.splitlines()[3].startswith("uv.lock: current")
     # The no-edit way: uv adds the package to this run only.
     ran = uv(
         tree,

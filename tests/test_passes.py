@@ -14,7 +14,7 @@ from tests import passes
 def test_the_rule_reads_what_each_test_reaches() -> None:
     assert passes.passes_of("tests.test_parent_watch") == {"backend", "py313"}
     assert passes.passes_of("tests.test_worker_hooks") == {"backend", "py313"}
-    assert passes.passes_of("tests.test_patching") == {"py313"}
+    assert passes.passes_of("tests.test_placement") == {"py313"}
     assert passes.passes_of("tests.test_verdicts") == {"backend"}
     # Through a helper: the CLI in a subprocess.
     assert "tests.helpers.cli" in passes.imported_modules("tests.test_selftest")
