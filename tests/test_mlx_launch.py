@@ -8,9 +8,7 @@ Without the wrapper the same kill leaves both ranks running (the control).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -19,10 +17,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, cast
 
 import pytest
 
 from exo_orphan_guard.rig import ring_scenario, scenarios
+from exo_orphan_guard.rig.json_lines import JsonLines
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
 MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
@@ -117,23 +117,35 @@ def launch(tmp_path: Path, wrapper: list[str], launches: list[Launched]) -> Laun
     launched = Launched(process)
     launches.append(launched)
     assert process.stdout is not None
-    pending = b""
-    deadline = time.monotonic() + FORM_TIMEOUT_SECONDS
-    while len(launched.reports) < 2:
-        ready, _, _ = select.select([process.stdout], [], [], max(0, deadline - time.monotonic()))
-        chunk = os.read(process.stdout.fileno(), 65536) if ready else b""
-        assert chunk, "the group did not form"
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            with contextlib.suppress(json.JSONDecodeError):
-                report = json.loads(line)
-                launched.reports[report["rank"]] = report
-                for pid in (report["pid"], report["ppid"]) if wrapper else (report["pid"],):
-                    identity = identity_of(int(pid))
-                    assert identity is not None
-                    launched.tracked.append(identity)
+    launched.reports.update(
+        rank_reports(process.stdout, launched.tracked, FORM_TIMEOUT_SECONDS, parents=bool(wrapper))
+    )
     return launched
+
+
+def rank_reports(
+    stdout: IO[bytes], tracked: list[ProcessIdentity], timeout: float, *, parents: bool
+) -> dict[int, dict[str, float]]:
+    """Each rank's line once the group formed (a launcher's other lines skipped); each
+    rank, and with `parents` its parent (its wrapper), tracked."""
+    lines = JsonLines(stdout)
+    reports: dict[int, dict[str, float]] = {}
+    deadline = time.monotonic() + timeout
+    while len(reports) < 2:
+        try:
+            document = lines.next(max(0.0, deadline - time.monotonic()))
+        except ValueError:
+            continue
+        assert document is not None, "the group did not form"
+        if not isinstance(document, dict) or "rank" not in document:
+            continue
+        report = cast(dict[str, float], document)
+        reports[int(report["rank"])] = report
+        for pid in (report["pid"], report["ppid"]) if parents else (report["pid"],):
+            identity = identity_of(int(pid))
+            assert identity is not None
+            tracked.append(identity)
+    return reports
 
 
 def test_wrapped_ranks_form_the_group_and_die_with_mlx_launch_unwrapped_ones_outlive_it(

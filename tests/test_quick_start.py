@@ -23,20 +23,18 @@ import contextlib
 import json
 import os
 import plistlib
-import select
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from exo_orphan_guard.rig import ring_scenario, scenarios
-from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
+from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.tools import service, service_files
 from exo_orphan_guard.tools.service_control import started_as_service
 
@@ -57,6 +55,7 @@ from .helpers.quick_start import (
 from .helpers.service_fakes import UID, FakeManager
 from .test_exo_uv_install import EXO_LIKE_PYPROJECT, MEMBER_PYPROJECT, REQUIREMENTS, SERIES
 from .test_mlx_launch import free_port_pair
+from .test_mlx_launch import rank_reports as launch_rank_reports
 from .test_patching import build_tree
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="Linux: mlx[cpu], /proc")
@@ -305,24 +304,7 @@ def rank_reports(
 ) -> dict[int, dict[str, float]]:
     """Each rank's line, once the group formed; each rank and its parent tracked."""
     assert process.stdout is not None
-    reports: dict[int, dict[str, float]] = {}
-    pending = b""
-    deadline = time.monotonic() + FORM_SECONDS
-    while len(reports) < 2:
-        ready, _, _ = select.select([process.stdout], [], [], max(0, deadline - time.monotonic()))
-        chunk = os.read(process.stdout.fileno(), 65536) if ready else b""
-        assert chunk, "the group did not form"
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            with contextlib.suppress(json.JSONDecodeError):
-                report = json.loads(line)
-                reports[report["rank"]] = report
-                for pid in (report["pid"], report["ppid"]):
-                    identity = identity_of(int(pid))
-                    assert identity is not None
-                    tracked.append(identity)
-    return reports
+    return launch_rank_reports(process.stdout, tracked, FORM_SECONDS, parents=True)
 
 
 def test_mlx_0_31_runs_a_bare_name_by_its_path_on_the_launching_host(
