@@ -147,13 +147,22 @@ def _pr_status(
     raise _refusal(tree, placed)
 
 
+def _stored_local(
+    tree: Path, contents: Mapping[str, bytes | None], *, applied: bool
+) -> Series | None:
+    """The stored local series for `tree`, if it is in `contents` (`applied`) or would
+    apply to them."""
+    stored = _series_for(tree, load_series(WITH_PACKAGE_DIR))
+    if stored is None:
+        return None
+    originals = {path: contents[path] for path in stored.files}
+    return stored if isinstance(_try(stored.diffs, originals, reverse=applied), dict) else None
+
+
 def _local_in(tree: Path, contents: Mapping[str, bytes | None]) -> Series | None:
     """The local series, where it is in `contents` (the stored one or one placed)."""
-    stored = _series_for(tree, load_series(WITH_PACKAGE_DIR))
-    if stored is not None:
-        originals = {path: contents[path] for path in stored.files}
-        if isinstance(_try(stored.diffs, originals, reverse=True), dict):
-            return stored
+    if (stored := _stored_local(tree, contents, applied=True)) is not None:
+        return stored
     placed = placement.placement(contents, placement.WITH_PACKAGE)
     if isinstance(placed, placement.Placed) and placed.state == "applied":
         return placed_series(placed)
@@ -164,11 +173,8 @@ def local_series(tree: Path) -> Series:
     """The local series for `tree` with the PR in (and the local one not): the stored
     one where it applies, else one placed at the anchors."""
     contents = _read(tree, _inputs(None))
-    stored = _series_for(tree, load_series(WITH_PACKAGE_DIR))
-    if stored is not None:
-        originals = {path: contents[path] for path in stored.files}
-        if isinstance(_try(stored.diffs, originals, reverse=False), dict):
-            return stored
+    if (stored := _stored_local(tree, contents, applied=False)) is not None:
+        return stored
     placed = placement.placement(contents, placement.WITH_PACKAGE)
     if isinstance(placed, placement.Placed):
         return placed_series(placed)
