@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +28,9 @@ from typing import Final, Literal, TypedDict, cast, final
 
 import psutil
 
-from exo_orphan_guard.guardian import watchlist
-from exo_orphan_guard.guardian.cheap_scan import CheapScan
 from exo_orphan_guard.guardian.known_processes import FULL_LISTING_SCANS
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
-from exo_orphan_guard.sweeper.judging import judge
-from exo_orphan_guard.sweeper.verdicts import SweepOptions
 from exo_orphan_guard.system import settings
 
 from .document import header, machine
@@ -50,11 +46,11 @@ from .guardian_process import (
     usage,
     watching,
 )
+from .one_scan import LOAD, ScanRow, render_scans, run_scans
 from .scan_variants import NAMES, VARIANTS, Variant, guardian_command
 from .stats import Samples
 from .sweep_cost import UnrelatedProcesses
 
-LOAD: Final = 2000
 TARGET_MS_PER_MINUTE: Final = 60
 TARGET_NOTICE_P99_MS: Final = 2500
 Scene = Literal["quiet", "churn", "exo"]
@@ -67,80 +63,6 @@ EXO_RUNNERS: Final = 2
 SETTLE_S: Final = 10.0
 """After the guardian is ready: its start-up sweep over, and the cheap scan settled."""
 MINUTE_S: Final = 60.0
-OPTIONS: Final = SweepOptions(fingerprint=True)
-
-
-# One scan, in this process --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ScanRow:
-    name: str
-    samples: Samples
-
-
-def run_scans(repetitions: int) -> tuple[list[ScanRow], int]:
-    """CPU time (`time.process_time`) of one scan and the watch list, at `LOAD`; and
-    the processes alive meanwhile."""
-    with UnrelatedProcesses(LOAD):
-        alive = len(psutil.pids())
-        today = Samples()
-        for _ in range(repetitions // 5):
-            today.add(_timed(lambda: _judge(None)))
-        first, steady, churn = Samples(), Samples(), Samples()
-        for _ in range(5):
-            first.add(_timed(lambda: _judge(CheapScan())))
-        cheap = CheapScan()
-        _judge(cheap)
-        _judge(cheap)  # settled
-        for _ in range(repetitions):
-            steady.add(_timed(lambda: _judge(cheap)))
-        for _ in range(repetitions):
-            subprocess.run(["true"], check=True)
-            churn.add(_timed(lambda: _judge(cheap)))
-    rows = [
-        ScanRow("today's: every command line", today),
-        ScanRow(
-            f"cheap, nothing started (p50); a whole listing every {FULL_LISTING_SCANS} scans (p99)",
-            steady,
-        ),
-        ScanRow("cheap, a process started before each scan", churn),
-        ScanRow("cheap, its first scan (everything read)", first),
-    ]
-    return rows, alive
-
-
-def _judge(scan: CheapScan | None) -> None:
-    """Judged as the guardian judges: `scan`'s candidates and memo; None: today's."""
-    if scan is None:
-        table, verdicts = judge(None, OPTIONS, [])
-    else:
-        table, verdicts = judge(None, OPTIONS, [], scan.candidates(), scan.memo)
-    watchlist.exo_processes(table, verdicts)
-
-
-def _timed(call: Callable[[], object]) -> float:
-    started = time.process_time()
-    call()
-    return (time.process_time() - started) * 1000
-
-
-def render_scans(rows: list[ScanRow], total: int) -> str:
-    interval = settings.DEFAULT_SCAN_INTERVAL_SECONDS
-    lines = [
-        f"| one scan at {LOAD} unrelated processes ({total} alive) | scans | p50 ms | p99 ms "
-        f"| max ms | mean ms | a minute of scans (mean x {60 / interval:.0f}) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        values = [value for value in row.samples.values if value is not None]
-        mean = sum(values) / len(values)
-        lines.append(
-            f"| {row.name} | {row.samples.count} | {row.samples.quantile_text(0.5, 0)} "
-            f"| {row.samples.quantile_text(0.99, 0)} | {row.samples.quantile_text(1.0, 0)} "
-            f"| {mean:.2f} | {mean * 60 / interval:.0f} |"
-        )
-    return "\n".join(lines)
 
 
 # The guardian's CPU per minute, in namespaces of their own --------------------------

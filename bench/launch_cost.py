@@ -15,6 +15,7 @@ one-host-after-another shell loop over the same 4 hosts.
 
 from __future__ import annotations
 
+import argparse
 import os
 import random
 import subprocess
@@ -28,6 +29,7 @@ from exo_orphan_guard.rig import launch_scenario, scenarios
 from exo_orphan_guard.rig.launch_scenario import LaunchedRank, RankKind, StartedLauncher
 from tests.helpers import sshd
 
+from .document import header
 from .stats import Samples
 
 DEADLINE_SECONDS = 1.0
@@ -185,3 +187,41 @@ def render_hosts(results: HostsResults) -> str:
             f"{samples.quantile_text(0.5, 0)} | {samples.quantile_text(0.99, 0)} |"
         )
     return "\n".join(lines)
+
+
+def section(arguments: argparse.Namespace, scratch: Path) -> str:
+    trials: int = arguments.launch_trials
+    repetitions: int = arguments.hosts_repetitions
+    alone = ""
+    if arguments.only.replace(" ", "") == "launch":
+        alone = "Run alone (`--only launch`), not within a full `make bench`. "
+    launch = run_launch(trials, scratch / "registry")
+    hosts = run_hosts(repetitions, scratch)
+    return "\n".join(
+        [
+            header(
+                "mlx.launch-shaped clusters: launcher SIGKILL, and `sweep --hosts`",
+                f"python -m bench.run_all --only launch --launch-trials {trials} "
+                f"--hosts-repetitions {repetitions}",
+            ),
+            f"{alone}{trials} trials. In each, one launcher per wrapper variant starts its "
+            "ranks the way `mlx.launch` starts local ones (`bash -c 'exec CMD'`, stdin a "
+            "pipe from the launcher): 2 idle and 2 holding the GIL in "
+            "`ctypes.PyDLL(None).sleep()`. The launchers are SIGKILLed one at a time in random "
+            "order; time runs from just before the kill until the last of those ranks (rank "
+            "and wrapper processes) is gone, seen through pidfds. Bare ranks are tried every "
+            f"{BARE_EVERY_TRIALS}th trial only.\n",
+            render_launch(launch),
+            "",
+            f"`sweep --hosts` end to end (Python start-up, ssh connections, the remote "
+            f"sweeps; `--registry-only --match TOKEN --any-parent --json`, nothing to kill), "
+            f"{repetitions} runs per row, rows interleaved in random order. The hosts are "
+            "real `sshd` servers on 127.0.0.1 (one per host, throw-away keys, "
+            "`tests/helpers/sshd.py`), so the ssh handshakes are real and the network is "
+            f'not; all 4 "hosts" share this machine\'s {os.cpu_count()} cores, so 4 hosts '
+            "cost more than 1 here where real hosts would not. The shell loop visits the "
+            "same 4 hosts one after another.\n",
+            render_hosts(hosts),
+            "",
+        ]
+    )

@@ -16,6 +16,7 @@ by `guardian.log` as the guardian writes it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -31,6 +32,8 @@ from exo_orphan_guard.records.registry import Registry
 from exo_orphan_guard.system import boot_id, settings
 from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.system.process_facts import Pid
+
+from .document import header
 
 STEP_SECONDS: Final = 6.0
 UPKEEP_EVERY_STARTS: Final = 10
@@ -222,3 +225,32 @@ def render(without: Growth, with_upkeep: Growth) -> str:
 
 def _kib(size: int) -> str:
     return f"{size / 1024:,.1f} KiB"
+
+
+def section(arguments: argparse.Namespace, scratch: Path) -> str:
+    starts: int = arguments.registry_starts
+    without = simulate(starts, scratch, with_upkeep=False)
+    with_upkeep = simulate(starts, scratch, with_upkeep=True)
+    return "\n".join(
+        [
+            header(
+                "The guardian's files after months of exo starts",
+                f"python -m bench.run_all --only registry --registry-starts {starts}",
+            ),
+            f"{starts:,} simulated exo starts, one every {STEP_SECONDS:g} s "
+            f"of a virtual clock ({starts * STEP_SECONDS / 3600:.0f} hours "
+            f"of starts), each with {RUNNERS_PER_START} runners ended "
+            "by the guardian after exo's SIGKILL: exo's hand-over marker, the worker's watch "
+            "request, the guardian's log lines, and each runner's `begun` and `ended` lines, "
+            "written by the real writers (`bench/py`); one exo in "
+            f"{UNWATCHED_EVERY} dies while no guardian runs, its marker "
+            "left. Without upkeep is the guardian before issue 40 (markers removed only at a "
+            "watched death, `endings.jsonl` compacted only by sweeps, the log never cut); "
+            "with it, each start is followed by a scan's pruning of the watch requests and, "
+            f"every {UPKEEP_EVERY_STARTS} starts (a minute), by "
+            "`guardian.upkeep`; the log is cut at 1 MiB to its newest 256 KiB. Sizes are "
+            "the files' lengths.\n",
+            render(without, with_upkeep),
+            "",
+        ]
+    )

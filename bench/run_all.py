@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -264,46 +263,6 @@ def group_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
-def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
-    from . import launch_cost
-
-    trials: int = arguments.launch_trials
-    repetitions: int = arguments.hosts_repetitions
-    alone = ""
-    if arguments.only.replace(" ", "") == "launch":
-        alone = "Run alone (`--only launch`), not within a full `make bench`. "
-    launch = launch_cost.run_launch(trials, scratch / "registry")
-    hosts = launch_cost.run_hosts(repetitions, scratch)
-    return "\n".join(
-        [
-            header(
-                "mlx.launch-shaped clusters: launcher SIGKILL, and `sweep --hosts`",
-                f"python -m bench.run_all --only launch --launch-trials {trials} "
-                f"--hosts-repetitions {repetitions}",
-            ),
-            f"{alone}{trials} trials. In each, one launcher per wrapper variant starts its "
-            "ranks the way `mlx.launch` starts local ones (`bash -c 'exec CMD'`, stdin a "
-            "pipe from the launcher): 2 idle and 2 holding the GIL in "
-            "`ctypes.PyDLL(None).sleep()`. The launchers are SIGKILLed one at a time in random "
-            "order; time runs from just before the kill until the last of those ranks (rank "
-            "and wrapper processes) is gone, seen through pidfds. Bare ranks are tried every "
-            f"{launch_cost.BARE_EVERY_TRIALS}th trial only.\n",
-            launch_cost.render_launch(launch),
-            "",
-            f"`sweep --hosts` end to end (Python start-up, ssh connections, the remote "
-            f"sweeps; `--registry-only --match TOKEN --any-parent --json`, nothing to kill), "
-            f"{repetitions} runs per row, rows interleaved in random order. The hosts are "
-            "real `sshd` servers on 127.0.0.1 (one per host, throw-away keys, "
-            "`tests/helpers/sshd.py`), so the ssh handshakes are real and the network is "
-            f'not; all 4 "hosts" share this machine\'s {os.cpu_count()} cores, so 4 hosts '
-            "cost more than 1 here where real hosts would not. The shell loop visits the "
-            "same 4 hosts one after another.\n",
-            launch_cost.render_hosts(hosts),
-            "",
-        ]
-    )
-
-
 def start_section(arguments: argparse.Namespace, scratch: Path) -> str:
     repetitions: int = arguments.start_repetitions
     results = worker_start.run(repetitions, scratch)
@@ -326,6 +285,12 @@ def start_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
+def launch_section(arguments: argparse.Namespace, scratch: Path) -> str:
+    from . import launch_cost  # its sshd helper comes from the tests
+
+    return launch_cost.section(arguments, scratch)
+
+
 def exo_stop_section(arguments: argparse.Namespace, scratch: Path) -> str:
     from . import exo_stop
 
@@ -344,62 +309,6 @@ def exo_stop_section(arguments: argparse.Namespace, scratch: Path) -> str:
     )
 
 
-def registry_section(arguments: argparse.Namespace, scratch: Path) -> str:
-    starts: int = arguments.registry_starts
-    without = registry_growth.simulate(starts, scratch, with_upkeep=False)
-    with_upkeep = registry_growth.simulate(starts, scratch, with_upkeep=True)
-    return "\n".join(
-        [
-            header(
-                "The guardian's files after months of exo starts",
-                f"python -m bench.run_all --only registry --registry-starts {starts}",
-            ),
-            f"{starts:,} simulated exo starts, one every {registry_growth.STEP_SECONDS:g} s "
-            f"of a virtual clock ({starts * registry_growth.STEP_SECONDS / 3600:.0f} hours "
-            f"of starts), each with {registry_growth.RUNNERS_PER_START} runners ended "
-            "by the guardian after exo's SIGKILL: exo's hand-over marker, the worker's watch "
-            "request, the guardian's log lines, and each runner's `begun` and `ended` lines, "
-            "written by the real writers (`bench/registry_growth.py`); one exo in "
-            f"{registry_growth.UNWATCHED_EVERY} dies while no guardian runs, its marker "
-            "left. Without upkeep is the guardian before issue 40 (markers removed only at a "
-            "watched death, `endings.jsonl` compacted only by sweeps, the log never cut); "
-            "with it, each start is followed by a scan's pruning of the watch requests and, "
-            f"every {registry_growth.UPKEEP_EVERY_STARTS} starts (a minute), by "
-            "`guardian.upkeep`; the log is cut at 1 MiB to its newest 256 KiB. Sizes are "
-            "the files' lengths.\n",
-            registry_growth.render(without, with_upkeep),
-            "",
-        ]
-    )
-
-
-def soak_section(arguments: argparse.Namespace, scratch: Path) -> str:
-    seconds: float = arguments.soak_seconds
-    where = machine()
-    result = soak.run(seconds, scratch)
-    text = "\n".join(
-        [
-            header(
-                "The guardian left running: an hour of exo churn (`make soak`)",
-                f"make soak SOAK_SECONDS={seconds:g}",
-                where,
-            ),
-            f"{soak.DESCRIPTION} Sampled every {soak.SAMPLE_SECONDS:g} s "
-            "(`/proc/<pid>/status` VmRSS and Threads, `/proc/<pid>/fd`; files: the "
-            "lengths of every file in the registry and the guardian directory). Slack: RSS "
-            f"{soak.RSS_SLACK_MIB:g} MiB (medians), fds {soak.FDS_SLACK} and threads "
-            f"{soak.THREADS_SLACK} (maxima), files at most {soak.FILES_BOUND_KIB} KiB, no "
-            "runner left behind. Rows: every twelfth sample and the last.\n",
-            soak.render(result),
-            "",
-        ]
-    )
-    if result.problems:
-        print(text, flush=True)
-        sys.exit(f"soak: {'; '.join(result.problems)}")
-    return text
-
-
 SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "watch": watch_section,
     "busy": busy_section,
@@ -412,9 +321,9 @@ SECTIONS: dict[str, Callable[[argparse.Namespace, Path], str]] = {
     "launch": launch_section,
     "guardian": guardian_cost.section,
     "guardian-scan": guardian_scan.section,
-    "registry": registry_section,
+    "registry": registry_growth.section,
     "start": start_section,
-    "soak": soak_section,
+    "soak": soak.section,
     "exo-stop": exo_stop_section,
 }
 

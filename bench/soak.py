@@ -3,6 +3,7 @@ threads and files sampled; it fails if any grows past its slack (`DESCRIPTION`).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -23,6 +24,7 @@ from exo_orphan_guard.rig.stand_in_exo import make_exo_environment
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity
 
+from .document import header, machine
 from .guardian_process import status_kib
 
 DESCRIPTION: Final = (
@@ -310,3 +312,30 @@ def render(result: SoakResult, rows: int = 12) -> str:
         )
     verdict = "; ".join(result.problems) if result.problems else "flat: nothing grew past its slack"
     return "\n".join([*lines, "", f"Verdict: {verdict}."])
+
+
+def section(arguments: argparse.Namespace, scratch: Path) -> str:
+    seconds: float = arguments.soak_seconds
+    where = machine()
+    result = run(seconds, scratch)
+    text = "\n".join(
+        [
+            header(
+                "The guardian left running: an hour of exo churn (`make soak`)",
+                f"make soak SOAK_SECONDS={seconds:g}",
+                where,
+            ),
+            f"{DESCRIPTION} Sampled every {SAMPLE_SECONDS:g} s "
+            "(`/proc/<pid>/status` VmRSS and Threads, `/proc/<pid>/fd`; files: the "
+            "lengths of every file in the registry and the guardian directory). Slack: RSS "
+            f"{RSS_SLACK_MIB:g} MiB (medians), fds {FDS_SLACK} and threads "
+            f"{THREADS_SLACK} (maxima), files at most {FILES_BOUND_KIB} KiB, no "
+            "runner left behind. Rows: every twelfth sample and the last.\n",
+            render(result),
+            "",
+        ]
+    )
+    if result.problems:
+        print(text, flush=True)
+        sys.exit(f"soak: {'; '.join(result.problems)}")
+    return text

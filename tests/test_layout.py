@@ -1,6 +1,7 @@
 """docs/reference.md's module table names every module and the layer it sits in, one
 row per layer in the import contract's order, and docs/design.md's Layers line lists the
-same layers: a module or a layer without its place in the documents fails here."""
+same layers: a module or a layer without its place in the documents fails here. And
+no module is over 400 lines."""
 
 from __future__ import annotations
 
@@ -68,3 +69,22 @@ def test_the_design_lists_the_same_layers() -> None:
     listed = [name.strip() for name in re.split(r"[>|]", block) if name.strip()]
     layers, _ = contract()
     assert listed == layers
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    """The house rule (one module per concept): a module past it is split, not waived."""
+    sources = [
+        path
+        for top in ("exo_orphan_guard", "bench", "tests", "scripts")
+        for path in (ROOT / top).rglob("*.py")
+    ]
+    assert len(sources) > 100
+    too_long = {
+        str(path.relative_to(ROOT)): count
+        for path in sources
+        if (count := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert too_long == {}

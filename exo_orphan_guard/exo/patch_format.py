@@ -8,7 +8,7 @@ its author saw; reversing it restores the original bytes.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, final
 
@@ -172,3 +172,47 @@ def _path(raw: bytes) -> str | None:
     if text.startswith(("a/", "b/")):
         return text[2:]
     raise PatchFormatError(f"expected an a/ or b/ path, got {text!r}")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DiffFailure:
+    path: str
+    reason: str
+    progress: int
+    """File diffs applied before this one failed."""
+
+
+def apply_diffs(
+    diffs: Sequence[tuple[str, FileDiff]], originals: Mapping[str, bytes | None], *, reverse: bool
+) -> dict[str, bytes | None] | DiffFailure:
+    """The new contents of every file after `diffs` (each named by its patch), or why
+    the first failing hunk fails."""
+    contents = dict(originals)
+    ordered = list(reversed(diffs)) if reverse else list(diffs)
+    for progress, (patch_name, diff) in enumerate(ordered):
+        step = diff.reversed() if reverse else diff
+        current = contents[step.path]
+        if step.old_path is None and current is not None:
+            return DiffFailure(
+                step.path, f"{step.path} already exists ({patch_name} creates it)", progress
+            )
+        if step.old_path is not None and current is None:
+            return DiffFailure(
+                step.path, f"{step.path} is missing ({patch_name} changes it)", progress
+            )
+        try:
+            updated = apply_hunks(current or b"", step.hunks)
+        except HunkMismatchError as error:
+            return DiffFailure(
+                step.path, f"{step.path}, {error} of {patch_name} does not match", progress
+            )
+        if step.new_path is None:
+            if updated:
+                return DiffFailure(
+                    step.path, f"{step.path} differs from what {patch_name} created", progress
+                )
+            contents[step.path] = None
+        else:
+            contents[step.path] = updated
+    return contents

@@ -28,9 +28,8 @@ from typing import Final, Literal, final
 from . import format_patch, placement, refusal
 from .patch_format import (
     FileDiff,
-    HunkMismatchError,
     PatchFormatError,
-    apply_hunks,
+    apply_diffs,
     parse_unified_diff,
 )
 
@@ -137,9 +136,9 @@ def _pr_status(
     current = _series_for(tree, chosen)
     if current is not None:
         originals = {path: contents[path] for path in current.files}
-        if isinstance(_try(current.diffs, originals, reverse=False), dict):
+        if isinstance(apply_diffs(current.diffs, originals, reverse=False), dict):
             return current, "not applied"
-        if isinstance(_try(current.diffs, originals, reverse=True), dict):
+        if isinstance(apply_diffs(current.diffs, originals, reverse=True), dict):
             return current, "applied"
     placed = placement.placement(contents, placement.pr_footprint(contents))
     if isinstance(placed, placement.Placed):
@@ -156,7 +155,8 @@ def _stored_local(
     if stored is None:
         return None
     originals = {path: contents[path] for path in stored.files}
-    return stored if isinstance(_try(stored.diffs, originals, reverse=applied), dict) else None
+    fits = isinstance(apply_diffs(stored.diffs, originals, reverse=applied), dict)
+    return stored if fits else None
 
 
 def _local_in(tree: Path, contents: Mapping[str, bytes | None]) -> Series | None:
@@ -296,7 +296,7 @@ def _change(tree: Path, series: Series, *, reverse: bool) -> None:
 def _applied(
     series: Series, contents: Mapping[str, bytes | None], *, reverse: bool
 ) -> dict[str, bytes | None]:
-    changed = _try(series.diffs, contents, reverse=reverse)
+    changed = apply_diffs(series.diffs, contents, reverse=reverse)
     if not isinstance(changed, dict):  # pragma: no cover - check() just proved it applies
         raise PatchError(changed.reason)
     return changed
@@ -332,49 +332,6 @@ def _read(tree: Path, paths: Sequence[str]) -> dict[str, bytes | None]:
             contents[path] = None
         except OSError as error:
             raise PatchError(f"cannot read {tree / path}: {error.strerror}") from error
-    return contents
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Failure:
-    path: str
-    reason: str
-    progress: int
-    """File diffs applied before this one failed."""
-
-
-def _try(
-    diffs: Sequence[tuple[str, FileDiff]], originals: Mapping[str, bytes | None], *, reverse: bool
-) -> dict[str, bytes | None] | _Failure:
-    """The new contents of every file, or why the first failing hunk fails."""
-    contents = dict(originals)
-    ordered = list(reversed(diffs)) if reverse else list(diffs)
-    for progress, (patch_name, diff) in enumerate(ordered):
-        step = diff.reversed() if reverse else diff
-        current = contents[step.path]
-        if step.old_path is None and current is not None:
-            return _Failure(
-                step.path, f"{step.path} already exists ({patch_name} creates it)", progress
-            )
-        if step.old_path is not None and current is None:
-            return _Failure(
-                step.path, f"{step.path} is missing ({patch_name} changes it)", progress
-            )
-        try:
-            updated = apply_hunks(current or b"", step.hunks)
-        except HunkMismatchError as error:
-            return _Failure(
-                step.path, f"{step.path}, {error} of {patch_name} does not match", progress
-            )
-        if step.new_path is None:
-            if updated:
-                return _Failure(
-                    step.path, f"{step.path} differs from what {patch_name} created", progress
-                )
-            contents[step.path] = None
-        else:
-            contents[step.path] = updated
     return contents
 
 
