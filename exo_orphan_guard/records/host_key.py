@@ -12,6 +12,7 @@ moved into the hardware-keyed directory the first time a sweep or a runner opens
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -60,25 +61,37 @@ def key_for(hardware_uuid: str | None, hostname: str) -> HostKey:
 def hostname_key(hostname: str) -> str:
     """Readable, and unique per machine and per container (the pid namespace's inode
     differs in each, even on one kernel). Linux's key, unchanged."""
-    parts = [hostname]
+    return _hostname_key(hostname, *_namespace_and_machine(os.getpid()))
+
+
+@functools.lru_cache(maxsize=8)
+def _hostname_key(hostname: str, namespace: str, machine: str) -> str:
+    digest = hashlib.sha256("\0".join((hostname, namespace, machine)).encode()).hexdigest()[:12]
+    readable = re.sub(r"[^A-Za-z0-9._-]", "_", hostname.split(".")[0])[:40] or "host"
+    return f"{HOST_PREFIX}{readable}-{digest}"
+
+
+@functools.lru_cache(maxsize=2)
+def _namespace_and_machine(pid: int) -> tuple[str, str]:
+    """Read once per process (by pid: a child forked into a new namespace reads its
+    own): neither changes while a process lives, and the guardian asks at every scan."""
+    parts: list[str] = []
     for path, read in ((_PID_NAMESPACE, os.readlink), (_MACHINE_ID, _read_text)):
         try:
             parts.append(read(path))
         except OSError:
             parts.append("-")
-    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
-    readable = re.sub(r"[^A-Za-z0-9._-]", "_", hostname.split(".")[0])[:40] or "host"
-    return f"{HOST_PREFIX}{readable}-{digest}"
+    return parts[0], parts[1]
 
 
 def host_directory(base: Path) -> Path:
     return base / host_key().name
 
 
-def directory_to_read(base: Path) -> Path:
-    """This host's directory; the hostname-keyed one while only that exists (nothing
-    has opened the registry to write since the key changed): its records still count."""
-    key = host_key()
+def directory_to_read(base: Path, key: HostKey) -> Path:
+    """This host's directory (`key`: `host_key()`); the hostname-keyed one while only
+    that exists (nothing has opened the registry to write since the key changed): its
+    records still count."""
     path = base / key.name
     if key.legacy is not None and not path.exists() and (base / key.legacy).is_dir():
         return base / key.legacy

@@ -159,7 +159,7 @@ class Registry:
         (None and no reason: there is none yet)."""
         uid = os.geteuid()
         key = host_key()
-        path = base / key.name if create else directory_to_read(base)
+        path = base / key.name if create else directory_to_read(base, key)
         for directory in (base, path):
             if create:
                 try:
