@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cache
 from typing import Any, Final, Literal, Protocol, get_args
 
-from loguru import logger
-
 from .. import system
 from ..system.identity import ProcessIdentity, liveness
 
@@ -175,11 +173,11 @@ def wait_for_exit(
         try:
             waiters[name](target)
         except WaiterUnavailableError as why:
-            logger.debug(f"orphan guard: {name} waiter unavailable ({why}), trying the next")
+            _debug(f"orphan guard: {name} waiter unavailable ({why}), trying the next")
             continue
         if confirmed_gone(target):
             return name
-        logger.debug(f"orphan guard: {name} woke but process {target.pid} lives on")
+        _debug(f"orphan guard: {name} woke but process {target.pid} lives on")
     raise AssertionError("unreachable: wait_poll returns only once the target is gone")
 
 
@@ -191,3 +189,11 @@ def confirmed_gone(target: ProcessIdentity) -> bool:
             return False
         time.sleep(0.001)
     return True
+
+
+def _debug(message: str) -> None:
+    # Imported here: loguru brings asyncio, a third of the guardian's start-up, and
+    # only a waiter that falls back says anything.
+    from loguru import logger
+
+    logger.debug(message)
