@@ -20,12 +20,32 @@ from exo_orphan_guard.guardian.stuck import StuckRunners
 from exo_orphan_guard.rig import scenarios
 from exo_orphan_guard.system.identity import Liveness, ProcessIdentity
 from exo_orphan_guard.system.process_facts import Pid
-from tests.helpers.guardian import guardian, guardian_endings
+from tests.helpers.guardian import READY, RunningGuardian, guardian_endings
 from tests.helpers.waiting import wait_until
 
 _FREEZER = Path("/sys/fs/cgroup/freezer")
 SURVIVED = "survived SIGKILL"
 """What the guardian says of a runner that outlives SIGKILL."""
+SETTLE_S = 2.0
+"""The engine's wait for a SIGKILLed runner that may be on its way out (a frozen one
+has SIGKILL pending), 30 s in the product: shortened so that the test waits less."""
+_GUARDIAN = (
+    "import sys; from exo_orphan_guard.sweeper import engine; "
+    f"engine.EXIT_SETTLE_SECONDS = {SETTLE_S}; "
+    "from exo_orphan_guard.tools.cli import entry_point; "
+    "sys.argv[1:] = ['service', 'run']; entry_point()"
+)
+
+
+@contextlib.contextmanager
+def _guardian(**env: str) -> Generator[RunningGuardian]:
+    """`service run` with `SETTLE_S` for the engine's exit settle."""
+    running = RunningGuardian({**os.environ, **env}, command=[sys.executable, "-c", _GUARDIAN])
+    try:
+        running.wait_for(READY)
+        yield running
+    finally:
+        running.stop()
 
 
 @contextlib.contextmanager
@@ -63,7 +83,7 @@ def test_a_runner_stuck_in_the_kernel_is_said_once_and_tried_ever_more_rarely(
     if os.geteuid() != 0 or not (_FREEZER / "cgroup.procs").is_file():
         pytest.skip("needs root and the cgroup v1 freezer")
     env = {"EXO_ORPHAN_GUARD_SCAN_INTERVAL": "0.1", "EXO_ORPHAN_GUARD_GRACE": "0.5"}
-    with guardian(isolated_environment, **env) as running:
+    with _guardian(**env) as running:
         worker = scenarios.start_worker(
             ["idle"], watch="none", python=exo_python, notes=notes, registry=isolated_environment
         )

@@ -146,8 +146,9 @@ def advance(
     its family) is gone; `renewed`: a later deadline for one left alone whose deadline
     is out; `stopping`: the caller stops waiting for those left alone (they are left
     untouched), while endings already under way go on; `exiting`: what SIGKILL has not
-    ended yet is on its way out, none of it stuck in the kernel (D, U), so it is waited
-    for `EXIT_SETTLE_SECONDS` more before it is reported unkillable."""
+    ended yet may be on its way out (it has SIGKILL pending, even in D: tearing down a
+    large process waits there; or the backend cannot tell), so it is waited for
+    `EXIT_SETTLE_SECONDS` more before it is reported unkillable."""
     match progress.phase:
         case "left_alone":
             if gone:
