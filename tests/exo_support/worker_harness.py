@@ -19,6 +19,9 @@ forwards, it prints one JSON line::
 
     {"event": "runner-idle", "worker_pid": ..., "runner_pid": ..., ...}
 
+(``exit_locks`` names the shared semaphores the runner's exit takes: see
+``exit_lock_names``.)
+
 and keeps running until killed (with EOG_HARNESS_STALL_ON_SIGUSR2 set, SIGUSR2 makes
 it stop reading the runner's events: main only). If the runner fails, dies, or is not idle
 within ``--timeout`` seconds, it prints ``{"event": "error", ...}``, lets the
@@ -123,6 +126,21 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def exit_lock_names(supervisor: Any) -> dict[str, str]:
+    """The shared semaphore behind each of the supervisor's channels' `closed` event's
+    lock, by the channel's attribute: the runner's exit takes each (`close()` calls
+    `closed.is_set()` in entrypoint's `finally`), and a worker SIGKILLed while holding
+    one leaves that exit blocked for good, whatever signal the runner is sent."""
+    names: dict[str, str] = {}
+    for attribute, value in vars(supervisor).items():
+        closed = getattr(getattr(value, "_state", None), "closed", None)
+        semlock = getattr(getattr(getattr(closed, "_cond", None), "_lock", None), "_semlock", None)
+        name = getattr(semlock, "name", None)
+        if isinstance(name, str):
+            names[attribute] = name
+    return names
+
+
 STALL_ENV = "EOG_HARNESS_STALL_ON_SIGUSR2"
 
 
@@ -180,6 +198,7 @@ async def run_runner(args: argparse.Namespace, started: float, scratch: Path) ->
 
     def base(**extra: Any) -> dict[str, Any]:
         return {
+            "exit_locks": exit_lock_names(supervisor),
             "worker_pid": os.getpid(),
             "runner_pid": runner_pid(),
             "resource_tracker_pid": resource_tracker_pid(),
