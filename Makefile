@@ -21,6 +21,12 @@ TEST_JOBS ?= 4
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
+# Bytecode written: the suite starts thousands of Python processes (guardians, stand-in
+# workers and runners, CLIs), and with PYTHONDONTWRITEBYTECODE set each one compiled
+# this package again, and each pass re-rewrote every test module's asserts: together
+# about a fifth of the suite's CPU (docs/testing.md). The bytecode goes beside the
+# sources, in `__pycache__/`, which git ignores.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 pytest-3.13-1 pytest-3.13-2 demo bench soak reach test-exo dist clean
 
