@@ -79,7 +79,7 @@ pytest-common-1 pytest-common-2:
 pytest-portable-1 pytest-portable-2:
 	@EOG_SHARD=$(subst pytest-portable-,,$@)/2 $(MAKE) --no-print-directory pytest-portable
 
-pytest-3.13-1 pytest-3.13-2:
+pytest-3.13-1 pytest-3.13-2: venv-3.13
 	@EOG_SHARD=$(subst pytest-3.13-,,$@)/2 $(MAKE) --no-print-directory pytest-3.13
 
 # Again on the backend macOS runs (psutil and the standard library only: no /proc,
@@ -98,26 +98,28 @@ pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-# Longest first, so that the slots end about together.
-PASSES := pytest-common-1 pytest-common-2 pytest-portable-1 pytest-portable-2 \
+# Longest first (the portable halves: psutil's waits are slower), so that the slots
+# end about together; the 3.13 halves once their venv is set up.
+PASSES := pytest-portable-2 pytest-portable-1 pytest-common-2 pytest-common-1 \
 	pytest-3.13-1 pytest-3.13-2 pytest-single
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
-# Both venvs are set up before anything runs side by side (an install rewrites what
-# a running pass imports), the two at once: they share nothing.
+# The 3.11 venv is set up before anything runs side by side (an install rewrites
+# what a running pass imports); the 3.13 one is the first job beside the 3.11 passes
+# (only the 3.13 passes, which wait for it, import from it).
 SET_UP := $(BIN)/.bench-installed venv-3.13
 
 venvs:
 	$(MAKE) --no-print-directory -j2 $(SET_UP)
 
-test: venvs
-	$(MAKE) $(SIDE_BY_SIDE) $(PASSES) typecheck lint
+test: $(BIN)/.bench-installed
+	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PASSES) typecheck lint
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
 
-test-full: venvs
-	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PASSES) $(FULL)
+test-full: $(BIN)/.bench-installed
+	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 lint typecheck $(PASSES) $(FULL)
 
 # Line and branch coverage of exo_orphan_guard over every process the tests start
 # (pyproject.toml's [tool.coverage.run]: subprocess, fork and _exit patched), the
@@ -136,9 +138,13 @@ coverage-full: $(SET_UP)
 demo: $(BIN)/.installed
 	$(BIN)/python -m exo_orphan_guard.demo
 
-$(BIN)/.bench-installed: $(BIN)/.installed
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[bench]'
-	touch $@
+# The whole 3.11 environment in one pip run (the bench extra with the others: one
+# resolution, not two), which also makes `$(BIN)/.installed` current.
+$(BIN)/.bench-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,dev,bench]'
+	scripts/ensure-test-packages
+	touch $(BIN)/.installed $@
 
 # Confined too: the hand-over section's exo runners sweep the machine at their start.
 bench: $(BIN)/.bench-installed
