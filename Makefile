@@ -1,6 +1,8 @@
 # `make test` and `make demo` do all set-up themselves on a fresh machine.
 PYTHON ?= python3
 PYTHON313 ?= $(shell pyenv prefix 3.13.0 2>/dev/null)/bin/python3.13
+# The frozen stand-in of EXO.app is built with it, from either pass (tests/helpers/frozen.py).
+export EOG_PYTHON313 := $(PYTHON313)
 VENV ?= .venv
 VENV313 ?= .venv-3.13
 BIN := $(VENV)/bin
