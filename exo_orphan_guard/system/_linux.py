@@ -9,14 +9,12 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
-import signal
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import Final, final
 
-from . import _linux_state
-from .process_facts import CreationMark, Pid, ProcessStart, ProcessState, Stamp
+from .process_facts import CreationMark, Pid, ProcessStart, Stamp
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
 _PR_SET_PDEATHSIG: Final = 1
@@ -69,10 +67,6 @@ def read_start(pid: int) -> ProcessStart | None:
     return ProcessStart(stat.start_ticks / _CLOCK_TICKS, stat.state in _EXITED_STATES)
 
 
-def process_state(pid: int) -> ProcessState | None:
-    return _linux_state.process_state(pid)
-
-
 def parent_pid(pid: int) -> int | None:
     """None once gone; PermissionError if unreadable."""
     stat = read_stat(pid)
@@ -118,41 +112,6 @@ def descendants(pid: int) -> list[Pid]:
                     next_frontier.append(child)
         frontier = next_frontier
     return found
-
-
-def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
-    return _signal_set_has(f"/proc/self/task/{thread}/status", b"SigBlk:", signal_number)
-
-
-def is_exiting(pid: int) -> bool | None:
-    """A SIGKILL pending: the process dies at its next step. On a loaded machine that
-    step can wait in D for seconds (tearing down its memory, waiting for a lock); one
-    that waits for good is told by staying so past the engine's longer wait."""
-    pending = [
-        _signal_set_has(f"/proc/{pid}/status", field, signal.SIGKILL)
-        for field in (b"SigPnd:", b"ShdPnd:")
-    ]
-    return None if None in pending else any(pending)
-
-
-def ignores_signal(pid: int, signal_number: int) -> bool | None:
-    return _signal_set_has(f"/proc/{pid}/status", b"SigIgn:", signal_number)
-
-
-def _signal_set_has(path: str, field: bytes, signal_number: int) -> bool | None:
-    """Whether the signal set `field` of a status file holds the signal; None if the
-    file (its process or thread gone) or the field cannot be read."""
-    try:
-        status = _read_all(path)
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith(field):
-            try:
-                return bool(int(line.split()[1], 16) >> (signal_number - 1) & 1)
-            except (IndexError, ValueError):
-                return None
-    return None
 
 
 def close_inherited_files(lowest: int) -> None:
@@ -265,7 +224,7 @@ def iter_command_lines() -> Iterator[tuple[Pid, bytes]]:
 def command_line(pid: int) -> bytes | None:
     """Its raw argv; None if empty (a kernel thread, a zombie) or unreadable."""
     try:
-        data = _read_all(f"/proc/{pid}/cmdline")
+        data = _read_all(f"/proc/{pid}/cmdline", short_read_ends=True)
     except OSError:
         return None
     return data or None
@@ -372,12 +331,19 @@ def _read_small(path: str, directory: int | None = None) -> bytes:
         os.close(fd)
 
 
-def _read_all(path: str) -> bytes:
+_CHUNK: Final = 65536
+
+
+def _read_all(path: str, *, short_read_ends: bool = False) -> bytes:
+    """`short_read_ends`: a read short of the buffer is the last (/proc/<pid>/cmdline:
+    copied until the buffer or the arguments end), saving the read of nothing."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks: list[bytes] = []
-        while chunk := os.read(fd, 65536):
+        while chunk := os.read(fd, _CHUNK):
             chunks.append(chunk)
+            if short_read_ends and len(chunk) < _CHUNK:
+                break
         return b"".join(chunks)
     finally:
         os.close(fd)

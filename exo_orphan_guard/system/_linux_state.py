@@ -1,4 +1,5 @@
-"""Linux: what may change while a process lives, from one read of /proc/<pid>/stat."""
+"""Linux: what may change while a process lives: most of it from one read of
+/proc/<pid>/stat, the signal sets from its status file."""
 
 from __future__ import annotations
 
@@ -79,3 +80,38 @@ def _read(path: str) -> bytes:
         return os.read(fd, 65536)
     finally:
         os.close(fd)
+
+
+def thread_blocks_signal(thread: int, signal_number: int) -> bool | None:
+    return _signal_set_has(f"/proc/self/task/{thread}/status", b"SigBlk:", signal_number)
+
+
+def is_exiting(pid: int) -> bool | None:
+    """A SIGKILL pending: the process dies at its next step. On a loaded machine that
+    step can wait in D for seconds (tearing down its memory, waiting for a lock); one
+    that waits for good is told by staying so past the engine's longer wait."""
+    pending = [
+        _signal_set_has(f"/proc/{pid}/status", field, signal.SIGKILL)
+        for field in (b"SigPnd:", b"ShdPnd:")
+    ]
+    return None if None in pending else any(pending)
+
+
+def ignores_signal(pid: int, signal_number: int) -> bool | None:
+    return _signal_set_has(f"/proc/{pid}/status", b"SigIgn:", signal_number)
+
+
+def _signal_set_has(path: str, field: bytes, signal_number: int) -> bool | None:
+    """Whether the signal set `field` of a status file holds the signal; None if the
+    file (its process or thread gone) or the field cannot be read."""
+    try:
+        status = _read(path)
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith(field):
+            try:
+                return bool(int(line.split()[1], 16) >> (signal_number - 1) & 1)
+            except (IndexError, ValueError):
+                return None
+    return None

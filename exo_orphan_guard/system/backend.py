@@ -31,9 +31,9 @@ BACKEND: Final[BackendName] = (
 
 def _chain() -> tuple[ModuleType, ...]:
     if BACKEND == "linux":
-        from . import _linux
+        from . import _linux, _linux_state
 
-        return (_linux, _posix)
+        return (_linux, _linux_state, _posix)
     if sys.platform == "darwin":
         from . import _darwin
 
