@@ -34,11 +34,16 @@ from typing import Final, Literal, final
 from ..sweeper.process_table import is_spawn_candidate
 from ..system.process_facts import CreationMark, Pid, Stamp
 
-VERIFY_SCANS: Final = 150
+VERIFY_SCANS: Final = 300
 """Each settled process's command line is read again at least once in this many
-scans (5 minutes at the default interval)."""
-FULL_LISTING_SCANS: Final = 60
-"""A whole listing at least this often (2 minutes at the default interval)."""
+scans (10 minutes at the default interval). A runner is exec'd as it is forked
+(multiprocessing's spawn), so this bounds only the odd process that execs into one
+later; at 2,000 processes a turn is 7 reads a scan (13 at 150)."""
+FULL_LISTING_SCANS: Final = 120
+"""A whole listing at least this often (4 minutes at the default interval): the bound
+for a pid handed out where the allocator's mark does not show it (root set it back).
+A whole listing of 2,000 processes costs about 7 ms of CPU (docs/benchmarks.md): 3.5
+ms a minute at 60."""
 PROBE_LIMIT: Final = 64
 """More new pids than this are listed whole: looking at each alone costs more."""
 RESERVED_PIDS: Final = 300
