@@ -29,6 +29,9 @@ PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 # about a fifth of the suite's CPU (docs/testing.md). The bytecode goes beside the
 # sources, in `__pycache__/`, which git ignores.
 unexport PYTHONDONTWRITEBYTECODE
+# For the same reason pip compiles nothing at install: of the 5,000 modules it
+# installs, each is compiled when first imported (compiling them all costs 20 s of CPU).
+PIP_INSTALL := -q --disable-pip-version-check --no-compile
 
 .PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 pytest-3.13-1 pytest-3.13-2 demo bench soak reach test-exo dist clean
 
@@ -36,13 +39,13 @@ all: test
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,dev]'
+	$(BIN)/python -m pip install $(PIP_INSTALL) -e '.[test,dev]'
 	scripts/ensure-test-packages
 	touch $@
 
 $(BIN313)/.installed: pyproject.toml
 	$(PYTHON313) -m venv $(VENV313)
-	$(BIN313)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN313)/python -m pip install $(PIP_INSTALL) -e '.[test]'
 	scripts/ensure-test-packages
 	touch $@
 
@@ -144,7 +147,7 @@ demo: $(BIN)/.installed
 # resolution, not two), which also makes `$(BIN)/.installed` current.
 $(BIN)/.bench-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test,dev,bench]'
+	$(BIN)/python -m pip install $(PIP_INSTALL) -e '.[test,dev,bench]'
 	scripts/ensure-test-packages
 	touch $(BIN)/.installed $@
 
