@@ -101,4 +101,6 @@ def test_a_stopped_real_runner_is_unwound_through_python_every_time(
             signals, ended = _ended(sweeper, Path(str(report["registry"])), runner)
             rounds.append(Round(held, signals, ended))
             assert scenarios.wait_gone([runner], 10.0)[runner] is not None
+    held = sum(bool(round_.held) for round_ in rounds)
+    print(f"\n{version}, {sweeper}: {ROUNDS} rounds, {held} with an exit lock held")
     assert all(round_.as_expected() for round_ in rounds), rounds
