@@ -176,12 +176,16 @@ def test_a_process_state_agrees_with_its_details_and_its_image_changes_at_exec()
     try:
         read: list[tuple[ProcessState | None, ProcessDetails | None]] = []
 
-        def waiting_for_its_line() -> bool:  # blocked in its read: it stays so
+        def waiting_for_its_line() -> bool:
             read[:] = [(system.process_state(process.pid), system.process_details(process.pid))]
             state, details = read[0]
             if state is None or details is None or state.image is None:
                 return False  # still starting: not the script's image yet
-            return EXEC_ON_LINE in (details.argv or ()) and state.status == details.status
+            # Blocked in its read, it stays so. Just after its exec the kernel's RSS
+            # counters may still read 0: they are folded in from per-CPU deltas.
+            return EXEC_ON_LINE in (details.argv or ()) and (
+                state.status == details.status == "sleeping"
+            )
 
         assert wait_until(waiting_for_its_line, 10)
         state, details = read[0]
