@@ -1,8 +1,11 @@
 """The guardian's scans the benchmarks compare, each run as the guardian itself
 (`service run`, its `CheapScan` swapped): today's (every command line), the cheap one
 with nothing kept between scans (everything read of what it describes, and the
-sightings file parsed, at every scan: as before issue 40's memo), and the guardian's
-own (`guardian.cheap_scan`: what is new, what cannot change kept)."""
+sightings file parsed, at every scan: as before issue 40's memo), the guardian's own
+as it was on 2026-12-06 (`kept-1206`: settled command lines re-read every 150 scans, a
+whole listing every 60, the host key's files read at every registry open; only the
+saved empty read of a command line stays), and the guardian's own
+(`guardian.cheap_scan`: what is new, what cannot change kept)."""
 
 from __future__ import annotations
 
@@ -10,20 +13,21 @@ import sys
 from typing import Final, Literal, final, get_args
 
 from exo_orphan_guard import system
-from exo_orphan_guard.guardian import service_run
+from exo_orphan_guard.guardian import known_processes, service_run
 from exo_orphan_guard.guardian.cheap_scan import CheapScan
-from exo_orphan_guard.records import sightings
+from exo_orphan_guard.records import host_key, sightings
 from exo_orphan_guard.sweeper.process_memo import ProcessMemo
 from exo_orphan_guard.sweeper.process_table import is_spawn_candidate
 from exo_orphan_guard.system.process_facts import Pid
 
 from .guardian_process import SERVICE_RUN
 
-Variant = Literal["today", "unkept", "cheap"]
+Variant = Literal["today", "unkept", "kept-1206", "cheap"]
 VARIANTS: Final[tuple[Variant, ...]] = get_args(Variant)
 NAMES: Final[dict[Variant, str]] = {
     "today": "today's: every command line",
     "unkept": "cheap: what is new, nothing kept between scans",
+    "kept-1206": "cheap, what cannot change kept, as on 2026-12-06",
     "cheap": "cheap, what cannot change kept",
 }
 
@@ -60,9 +64,16 @@ def guardian_command(variant: Variant) -> tuple[str, ...]:
 
 
 def main() -> None:
-    """`service run` with the scan of the variant named (`today` or `unkept`)."""
+    """`service run` with the scan of the variant named (`today`, `unkept` or
+    `kept-1206`)."""
     variant = sys.argv[1]
-    service_run.CheapScan = EveryCommandLine if variant == "today" else Unkept
+    if variant == "kept-1206":
+        known_processes.VERIFY_SCANS = 150  # pyright: ignore[reportConstantRedefinition]
+        known_processes.FULL_LISTING_SCANS = 60  # pyright: ignore[reportConstantRedefinition]
+        host_key._namespace_and_machine = host_key._namespace_and_machine.__wrapped__  # pyright: ignore[reportPrivateUsage]
+        host_key._hostname_key = host_key._hostname_key.__wrapped__  # pyright: ignore[reportPrivateUsage]
+    else:
+        service_run.CheapScan = EveryCommandLine if variant == "today" else Unkept
     sys.exit(service_run.run())
 
 
