@@ -21,17 +21,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, cast
-
-import matplotlib
-
-matplotlib.use("Agg")  # files only: no display needed
-import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
-from matplotlib.ticker import FuncFormatter
+from typing import TYPE_CHECKING, Final, cast
 
 from .stats import Samples
 from .watch_latency import SAMPLES_SCHEMA, CellSamples, SamplesDocument
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_SAMPLES: Final = ROOT / "bench" / "results" / "watch-latency.json"
@@ -104,6 +100,12 @@ def label(name: str, cell: CellSamples) -> str:
 
 
 def draw(document: SamplesDocument, image: Path) -> None:
+    # Imported here: the curves and labels need none of matplotlib's second of imports.
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
     shown = [
         (kind, title)
         for kind, title in _PANELS
@@ -117,7 +119,7 @@ def draw(document: SamplesDocument, image: Path) -> None:
     # Both panels share the y axis: give the "never" band room for the fuller one.
     slots = max(1, *(sum(not _any_exit(cell) for cell in cells) for cells in panels))
     for axis, (_, title), cells in zip(axes, shown, panels, strict=True):
-        _panel(cast(Axes, axis), title, cells, slots)
+        _panel(cast("Axes", axis), title, cells, slots)
     counts = sorted({len(cell["samples_ms"]) for cell in document["cells"]})
     figure.suptitle(
         "Worker SIGKILL → runner gone (dashed: clean ending begun): share of runners "
@@ -152,6 +154,8 @@ def _style(name: str) -> tuple[str, str, float]:
 
 
 def _panel(axis: Axes, title: str, cells: Sequence[CellSamples], never_slots: int) -> None:
+    from matplotlib.ticker import FuncFormatter
+
     # Lines that never leave 0 would hide under each other and under the curves that
     # start there: they get a band of their own below 0 %, labelled "never".
     never = 0

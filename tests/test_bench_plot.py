@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from bench import plot_watch
 from bench.watch_latency import SAMPLES_SCHEMA, CellSamples, SamplesDocument
-
-plot_watch = pytest.importorskip("bench.plot_watch", reason="needs matplotlib (bench extra)")
 
 
 def cell(strategy: str, samples: list[float | None], deadline_s: float = 1.0) -> CellSamples:
@@ -33,6 +32,7 @@ def test_labels_say_never_for_what_never_exited() -> None:
 
 
 def test_a_picture_is_drawn_from_a_samples_document(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="needs matplotlib (bench extra)")
     document = SamplesDocument(
         schema=SAMPLES_SCHEMA,
         command="python -m bench.run_all --only watch --rounds 2",

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Literal
 
-from ..exo.placement import EXO_TREE, WATCH_MODULE
+from ..exo.footprints import EXO_TREE, WATCH_MODULE
 from . import native_calls
 from .notes import RunnerNotes
 

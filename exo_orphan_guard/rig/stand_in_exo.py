@@ -25,7 +25,6 @@ import shutil
 import site
 import sys
 import sysconfig
-import venv
 from pathlib import Path
 from typing import Final
 
@@ -53,6 +52,8 @@ ctypes.CDLL(
 
 def make_exo_environment(root: Path) -> str:
     """Create the environment at `root`; returns the path of its `python`."""
+    import venv  # here: every stand-in worker and runner imports this module
+
     venv.EnvBuilder(with_pip=False, symlinks=sys.platform != "win32").create(root)
     relative = Path(sysconfig.get_path("purelib")).relative_to(sysconfig.get_path("data"))
     site_packages = root / relative
