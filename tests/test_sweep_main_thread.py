@@ -31,7 +31,7 @@ from exo_orphan_guard.system import settings, signalling
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 from tests.helpers.cli import report_of, run_cli
 from tests.helpers.sweeps import orphaned_runners
-from tests.helpers.waiting import wait_for_note, wait_until
+from tests.helpers.waiting import main_thread_settled, wait_for_note, wait_until
 
 RUNNERS = 10
 BUSY_WAIT = "15"
@@ -44,6 +44,7 @@ def _stopped_orphans(exo_python: str, notes: Path) -> tuple[scenarios.StartedWor
     runners = orphaned_runners(worker)
     for runner in runners:
         wait_for_note(notes, runner.pid, WAITING)
+        assert wait_until(lambda pid=runner.pid: main_thread_settled(pid), 10.0)
         assert signalling.send(runner, signal.SIGSTOP) == "sent"
     assert wait_until(lambda: all(system.is_stopped(r.pid) for r in runners), 10.0)
     return worker, runners
@@ -123,6 +124,7 @@ def test_an_interrupt_reaches_the_main_thread_of_a_stopped_process(
         )
         try:
             assert process.stdout is not None and process.stdout.readline() == "waiting\n"
+            assert wait_until(lambda pid=process.pid: main_thread_settled(pid), 10.0)
             target = identity_of(process.pid)
             assert target is not None
             assert signalling.send(target, signal.SIGSTOP) == "sent"

@@ -43,3 +43,25 @@ def wait_for_note(
             return found[-1]
         assert time.monotonic() < deadline, f"runner {pid} never noted {event!r}"
         time.sleep(_INTERVAL_SECONDS)
+
+
+QUIET_SECONDS = 0.05
+"""Longer than any GIL hand-over wait (CPython's switch interval, 5 ms) many times."""
+
+
+def main_thread_settled(pid: int) -> bool:
+    """Linux: `pid`'s main thread stayed asleep, never woken, through `QUIET_SECONDS`:
+    in its long wait, not in a GIL hand-over on its way there. A SIGINT handled on the
+    way (in a futex glibc restarts) only sets CPython's flag, and the wait that follows
+    never looks at it, so a test of where SIGINT lands sends it only once this holds."""
+
+    def looked() -> tuple[str, ...]:
+        with open(f"/proc/{pid}/task/{pid}/status") as status:
+            lines = status.read().splitlines()
+        return tuple(line for line in lines if line.startswith(("State:", "voluntary_", "nonvol")))
+
+    before = looked()
+    if not before or before[0].split()[1] != "S":
+        return False
+    time.sleep(QUIET_SECONDS)
+    return looked() == before
