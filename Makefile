@@ -37,7 +37,7 @@ PIP_INSTALL := -q --disable-pip-version-check --no-compile
 # each here, 45 against 21 for `python -c pass`), and the suite starts thousands.
 EDITABLE := --config-settings editable_mode=compat -e
 
-.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-common-1 pytest-common-2 pytest-portable pytest-portable-1 pytest-portable-2 pytest-3.13 pytest-3.13-1 pytest-3.13-2 demo bench soak reach test-exo dist clean
+.PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench soak reach test-exo dist clean
 
 all: test
 
@@ -80,16 +80,27 @@ pytest-single:
 pytest-common:
 	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "backend or py313"'
 
-# The three long passes in halves (tests/conftest.py's EOG_SHARD: test modules in
-# turn), each in its own pid namespace, so that `make test`'s jobs end about together.
-pytest-common-1 pytest-common-2:
-	@EOG_SHARD=$(subst pytest-common-,,$@)/2 $(MAKE) --no-print-directory pytest-common
+# Each pass in thirds (tests/conftest.py's EOG_SHARD: test modules in turn), each in
+# its own pid namespace: `make test` runs the twelve parts four at a time, and parts
+# this small end about together (docs/testing.md has the timings).
+SHARDS := 1 2 3
+shard_of = EOG_SHARD=$(lastword $(subst -, ,$(1)))/$(words $(SHARDS))
+COMMON_PARTS := $(addprefix pytest-common-,$(SHARDS))
+PORTABLE_PARTS := $(addprefix pytest-portable-,$(SHARDS))
+PY313_PARTS := $(addprefix pytest-3.13-,$(SHARDS))
+SINGLE_PARTS := $(addprefix pytest-single-,$(SHARDS))
 
-pytest-portable-1 pytest-portable-2:
-	@EOG_SHARD=$(subst pytest-portable-,,$@)/2 $(MAKE) --no-print-directory pytest-portable
+$(COMMON_PARTS):
+	@$(call shard_of,$@) $(MAKE) --no-print-directory pytest-common
 
-pytest-3.13-1 pytest-3.13-2: venv-3.13
-	@EOG_SHARD=$(subst pytest-3.13-,,$@)/2 $(MAKE) --no-print-directory pytest-3.13
+$(PORTABLE_PARTS):
+	@$(call shard_of,$@) $(MAKE) --no-print-directory pytest-portable
+
+$(PY313_PARTS): venv-3.13
+	@$(call shard_of,$@) $(MAKE) --no-print-directory pytest-3.13
+
+$(SINGLE_PARTS):
+	@$(call shard_of,$@) $(MAKE) --no-print-directory pytest-single
 
 # Again on the backend macOS runs (psutil and the standard library only: no /proc,
 # pidfd or PR_SET_PDEATHSIG), so that CI runs the Mac's code paths.
@@ -107,10 +118,11 @@ pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-# Longest first (the portable halves: psutil's waits are slower), so that the slots
-# end about together; the 3.13 halves once their venv is set up.
-PASSES := pytest-portable-2 pytest-portable-1 pytest-common-2 pytest-common-1 \
-	pytest-3.13-1 pytest-3.13-2 pytest-single
+# Longest first, so that the slots end about together: the common thirds (they hold
+# the frozen app's build), the portable ones (psutil's waits are slower), the single
+# pass's, then the 3.13 thirds once their venv is set up.
+PARTS := $(COMMON_PARTS) $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS)
+.PHONY: $(PARTS)
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
@@ -123,12 +135,12 @@ venvs:
 	$(MAKE) --no-print-directory -j2 $(SET_UP)
 
 test: $(BIN)/.bench-installed
-	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PASSES) typecheck lint
+	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PARTS) typecheck lint
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
 
 test-full: $(BIN)/.bench-installed
-	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 lint typecheck $(PASSES) $(FULL)
+	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 lint typecheck $(PARTS) $(FULL)
 
 # Line and branch coverage of exo_orphan_guard over every process the tests start
 # (pyproject.toml's [tool.coverage.run]: subprocess, fork and _exit patched), the
@@ -137,7 +149,7 @@ test-full: $(BIN)/.bench-installed
 # what checks the tests): the report comes either way.
 coverage: venvs
 	rm -f .coverage .coverage.*
-	-$(MAKE) -k $(SIDE_BY_SIDE) $(PASSES) COVERAGE_RUN=1 COVERAGE_FILE=$(CURDIR)/.coverage
+	-$(MAKE) -k $(SIDE_BY_SIDE) $(PARTS) COVERAGE_RUN=1 COVERAGE_FILE=$(CURDIR)/.coverage
 	$(BIN)/coverage combine -q --data-file=$(CURDIR)/.coverage
 	$(BIN)/coverage report --data-file=$(CURDIR)/.coverage
 

@@ -57,8 +57,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 SHARD_ENV: Final = "EOG_SHARD"
-"""`K/N`: run only the K-th of N shards of what `-m` selected (`make test` runs its two
-longest passes in two shards each, side by side, each in its own pid namespace)."""
+"""`K/N`: run only the K-th of N shards of what `-m` selected (`make test` runs each
+pass in three shards, four at a time, each in its own pid namespace)."""
 
 
 @final
@@ -75,7 +75,7 @@ class _Shard:
     ) -> None:
         """After `-m`: this shard's test modules. Modules go to the shards in turn, in
         collection order: whole, since a module's tests share its fixtures, and in turn,
-        which splits a pass into parts within a few seconds of each other."""
+        which spreads a pass's heavy modules over its parts."""
         order: dict[Path, int] = {}
         for item in items:
             order.setdefault(item.path, len(order))
