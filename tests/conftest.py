@@ -85,7 +85,8 @@ class _Shard:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    shard = os.environ.get(SHARD_ENV)
+    # Taken out of the environment: a pytest that a test runs is not this shard.
+    shard = os.environ.pop(SHARD_ENV, None)
     if not shard:
         return
     index, _, count = shard.partition("/")

@@ -8,13 +8,14 @@ failure is logged as a warning and the program carries on as it would without it
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from loguru import logger
-
-from ..sweeper.sweep_report import SweepReport
 from ..system.identity import current_identity
 from ..system.once import warn_once
 from ..system.settings import WORKER_ENV, guard_enabled
+
+if TYPE_CHECKING:
+    from ..sweeper.sweep_report import SweepReport
 
 
 def prepare_worker() -> None:
@@ -30,11 +31,17 @@ def prepare_worker() -> None:
     try:
         os.environ[WORKER_ENV] = current_identity().encode()
     except Exception as error:  # the guard must never break the start-up
+        from loguru import logger
+
         logger.opt(exception=error).warning("orphan guard: could not record the worker")
 
 
 def log_report(report: SweepReport, reason: str) -> None:
     """What a sweep did, in exo's log: each kill, each unkillable process, a summary."""
+    # Imported here, as in `prepare_worker`: a program that only prepares its worker
+    # (exo has loguru loaded anyway) starts without asyncio, which loguru brings.
+    from loguru import logger
+
     for warning in report.warnings:
         warn_once(f"orphan guard: {warning}")
     for result in report.results:
