@@ -8,13 +8,15 @@ VENV313 ?= .venv-3.13
 BIN := $(VENV)/bin
 BIN313 := $(VENV313)/bin
 PYTEST_ARGS ?=
-# `make test` runs the whole suite once, then again on the portable backend and on
-# Python 3.13 only the tests that can find something there (`-m backend`, `-m py313`:
-# the rule is tests/passes.py), and test_chaos at CHAOS_ROUNDS (docs/testing.md says
-# why that size). `make test-full` runs all three passes whole, chaos at 200 rounds.
+# `make test` runs each test on each interpreter and each backend where it can find
+# something (`-m backend`, `-m py313`: the rule is tests/passes.py), not on every
+# pairing: one marked for both runs on the portable backend (3.11) and on 3.13 (the
+# Linux backend), not a third time on 3.11 and Linux (COMMON_SELECT); and test_chaos
+# at CHAOS_ROUNDS. `make test-full` runs every pass whole, chaos at 200 rounds.
 CHAOS_ROUNDS ?= 200
 PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
+COMMON_SELECT ?= -m "(backend or py313) and not (backend and py313)"
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
 # confined pid namespace; docs/testing.md has the timings and why four); TEST_JOBS=1
@@ -78,7 +80,7 @@ pytest-single:
 	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "not backend and not py313"'
 
 pytest-common:
-	@$(MAKE) --no-print-directory pytest MAIN_SELECT='-m "backend or py313"'
+	@$(MAKE) --no-print-directory pytest MAIN_SELECT='$(COMMON_SELECT)'
 
 # Each pass in thirds (tests/conftest.py's EOG_SHARD: test modules in turn), each in
 # its own pid namespace: `make test` runs the twelve parts four at a time, and parts
@@ -118,10 +120,10 @@ pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-# Longest first, so that the slots end about together: the common thirds (they hold
-# the frozen app's build), the portable ones (psutil's waits are slower), the single
-# pass's, then the 3.13 thirds once their venv is set up.
-PARTS := $(COMMON_PARTS) $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS)
+# Longest first, so that the slots end about together: the portable thirds (psutil's
+# waits are slower), the single pass's (chaos), the 3.13 thirds once their venv is
+# set up, then the common ones.
+PARTS := $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS) $(COMMON_PARTS)
 .PHONY: $(PARTS)
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
@@ -137,7 +139,7 @@ venvs:
 test: $(BIN)/.bench-installed
 	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PARTS) typecheck lint
 
-FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT=
+FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT= COMMON_SELECT='-m "backend or py313"'
 
 test-full: $(BIN)/.bench-installed
 	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 lint typecheck $(PARTS) $(FULL)

@@ -1,7 +1,10 @@
 """Which tests run in which pass of `make test`: the rule, read from each test's imports.
 
-`make test` runs the whole suite once (Python 3.11, the Linux backend), then again
-only where a second run can find something the first cannot:
+`make test` runs the whole suite once on Python 3.11 and the Linux backend, then
+again only where a second run can find something the first cannot, and not on every
+pairing: a test marked for both passes below runs in both, which covers both
+interpreters and both backends, and leaves the first run (`make test-full` runs every
+pairing):
 
 - `backend`: the portable backend's pass (`-m backend`, what a Mac runs). A test runs
   there if it reaches code whose path depends on the backend: `system` (its readers
