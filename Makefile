@@ -123,8 +123,14 @@ pytest-3.13: venv-3.13
 # Longest first, so that the slots end about together: the portable thirds (psutil's
 # waits are slower), the single pass's (chaos), the 3.13 thirds once their venv is
 # set up, then the common ones.
-PARTS := $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS) $(COMMON_PARTS)
+PARTS := frozen-app $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS) $(COMMON_PARTS)
 .PHONY: $(PARTS)
+
+# The frozen stand-in app (tests/helpers/frozen.py, cached under .cache/), built as a
+# job of its own beside the first parts: a minute of CPU that otherwise falls in
+# whichever part first needs it, late in the run.
+frozen-app: $(BIN)/.installed
+	$(BIN)/python -c "from tests.helpers.frozen import frozen_app; frozen_app()"
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
