@@ -120,10 +120,10 @@ pytest-3.13: venv-3.13
 	@if [ -x "$(PYTHON313)" ]; then \
 		EOG_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(CONFINED) $(BIN313)/python -m $(PYTEST_MODULE) $(PY313_SELECT) $(PYTEST_ARGS); fi
 
-# Longest first, so that the slots end about together: the portable thirds (psutil's
-# waits are slower), the single pass's (chaos), the 3.13 thirds once their venv is
-# set up, then the common ones.
-PARTS := frozen-app $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS) $(COMMON_PARTS)
+# The parts that mostly wait (on the processes they start) first, so that the last
+# ones still keep both cores busy: the portable thirds (psutil's waits are slower),
+# the common and 3.13 ones, then the single pass's, whose test_chaos loads both.
+PARTS := frozen-app $(PORTABLE_PARTS) $(COMMON_PARTS) $(PY313_PARTS) $(SINGLE_PARTS)
 .PHONY: $(PARTS)
 
 # The frozen stand-in app (tests/helpers/frozen.py, cached under .cache/), built as a
@@ -131,24 +131,24 @@ PARTS := frozen-app $(PORTABLE_PARTS) $(SINGLE_PARTS) $(PY313_PARTS) $(COMMON_PA
 # whichever part first needs it, late in the run.
 frozen-app: $(BIN)/.installed
 	$(BIN)/python -c "from tests.helpers.frozen import frozen_app; frozen_app()"
+
 # Each target's output is shown whole once it ends.
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
-# The 3.11 venv is set up before anything runs side by side (an install rewrites
-# what a running pass imports); the 3.13 one is the first job beside the 3.11 passes
-# (only the 3.13 passes, which wait for it, import from it).
+# Both venvs are set up, side by side, before anything else runs (an install
+# rewrites what a running pass imports): one pip run each, on a core each.
 SET_UP := $(BIN)/.bench-installed venv-3.13
 
 venvs:
 	$(MAKE) --no-print-directory -j2 $(SET_UP)
 
-test: $(BIN)/.bench-installed
-	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PARTS) typecheck lint
+test: venvs
+	$(MAKE) $(SIDE_BY_SIDE) $(PARTS) typecheck lint
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT= COMMON_SELECT='-m "backend or py313"'
 
-test-full: $(BIN)/.bench-installed
-	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 lint typecheck $(PARTS) $(FULL)
+test-full: venvs
+	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PARTS) $(FULL)
 
 # Line and branch coverage of exo_orphan_guard over every process the tests start
 # (pyproject.toml's [tool.coverage.run]: subprocess, fork and _exit patched), the
