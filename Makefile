@@ -19,9 +19,9 @@ PY313_SELECT ?= -m py313
 COMMON_SELECT ?= -m "(backend or py313) and not (backend and py313)"
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
-# confined pid namespace; docs/testing.md has the timings and why four); TEST_JOBS=1
+# confined pid namespace; docs/testing.md has the timings and why five); TEST_JOBS=1
 # runs them one after another.
-TEST_JOBS ?= 4
+TEST_JOBS ?= 5
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
@@ -143,7 +143,7 @@ venvs:
 	$(MAKE) --no-print-directory -j2 $(SET_UP)
 
 test: venvs
-	$(MAKE) $(SIDE_BY_SIDE) $(PARTS) typecheck lint
+	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PARTS) typecheck lint
 
 FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT= COMMON_SELECT='-m "backend or py313"'
 
