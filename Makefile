@@ -19,9 +19,9 @@ PY313_SELECT ?= -m py313
 COMMON_SELECT ?= -m "(backend or py313) and not (backend and py313)"
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
-# confined pid namespace; docs/testing.md has the timings and why five); TEST_JOBS=1
+# confined pid namespace; docs/testing.md has the timings and why four); TEST_JOBS=1
 # runs them one after another.
-TEST_JOBS ?= 5
+TEST_JOBS ?= 4
 # `make coverage` sets this: the same passes under coverage.py.
 COVERAGE_RUN ?=
 PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
