@@ -56,7 +56,7 @@ from exo_orphan_guard import system
 from exo_orphan_guard.records import endings
 from exo_orphan_guard.records.registry import host_directory
 from exo_orphan_guard.rig.json_lines import JsonLines
-from exo_orphan_guard.rig.ring_scenario import free_loopback_ports
+from exo_orphan_guard.rig.ring_ports import free_loopback_ports
 from exo_orphan_guard.rig.scenarios import wait_gone
 from exo_orphan_guard.system import settings
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of, liveness

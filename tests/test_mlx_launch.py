@@ -21,7 +21,7 @@ from typing import IO, cast
 
 import pytest
 
-from exo_orphan_guard.rig import ring_scenario, scenarios
+from exo_orphan_guard.rig import ring_ports, ring_scenario, scenarios
 from exo_orphan_guard.rig.json_lines import JsonLines
 from exo_orphan_guard.system.identity import ProcessIdentity, identity_of
 
@@ -61,7 +61,7 @@ class Launched:
 def free_port_pair() -> int:
     """A port P with P and P+1 free on loopback (mlx.launch gives rank i port P+i)."""
     for _ in range(100):
-        port = ring_scenario.free_loopback_ports(1)[0]
+        port = ring_ports.free_loopback_ports(1)[0]
         sockets: list[socket.socket] = []
         try:
             for candidate in (port, port + 1):

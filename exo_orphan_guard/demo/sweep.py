@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Final
 
-from ..rig import ring_scenario
+from ..rig import ring_ports, ring_scenario
 from ..rig.scenarios import alive, describe_process
 from ..rig.stand_in_exo import make_exo_environment
 from ..system import settings
@@ -43,7 +43,7 @@ def startup_sweep(scratch: Path) -> bool:
     if not mlx:
         print("(mlx is not installed: idle runners stand in for the MLX ranks)")
     ranks = [0] if mlx else []
-    hostfile = ring_scenario.write_hostfile(directory, ring_scenario.free_loopback_ports(2))
+    hostfile = ring_ports.write_hostfile(directory, ring_ports.free_loopback_ports(2))
     old = ring_scenario.start_group(
         ranks, hostfile, guard=False, registry=registry, idle_runners=1 if mlx else 2, python=python
     )
@@ -117,7 +117,7 @@ def _orphan(group: ring_scenario.RunningGroup, python: str) -> list[ProcessIdent
     )
     print(f"exo environment (stand-in: a venv with exo's dist-info): {python}")
     print(f"worker {group.process.pid} (guard off) spawned runners {runners}")
-    time.sleep(ring_scenario.IN_INIT_SETTLE_SECONDS)
+    time.sleep(ring_ports.IN_INIT_SETTLE_SECONDS)
     group.process.kill()
     group.process.wait()
     orphans = alive(group.runners)

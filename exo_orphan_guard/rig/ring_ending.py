@@ -21,14 +21,8 @@ from ..records.registry import host_directory
 from ..system import settings
 from ..system.identity import ProcessIdentity
 from .notes import read_notes
-from .ring_scenario import (
-    RankBehaviour,
-    free_loopback_ports,
-    start_group,
-    stop,
-    wait_for_sums,
-    write_hostfile,
-)
+from .ring_ports import free_loopback_ports, write_hostfile
+from .ring_scenario import RankBehaviour, start_group, stop, wait_for_sums
 from .scenarios import wait_gone
 
 FORM_TIMEOUT_SECONDS = 20.0

@@ -21,7 +21,6 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from ..system import settings
 from ..system.identity import ProcessIdentity, identity_of
 from .json_lines import JsonLines
 from .notes import RunnerNotes
+from .ring_ports import free_loopback_ports, wait_listening, write_hostfile
 from .scenarios import alive, kill_started, wait_gone
 from .stand_in_exo import as_exo_main
 
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from loguru import Message
 
 _REPORT_TIMEOUT_SECONDS = 30.0
-IN_INIT_SETTLE_SECONDS = 0.5
 NEXT_GROUP_STAGGER_SECONDS = 0.5
 """After a rank says it is entering init: time for it to bind and start connecting."""
 
@@ -261,23 +260,6 @@ class RunningGroup:
         return [*self.idle, *self.ranks.values()]
 
 
-def free_loopback_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-def write_hostfile(directory: Path, ports: list[int]) -> Path:
-    path = directory / "hosts.json"
-    path.write_text(json.dumps([[f"127.0.0.1:{port}"] for port in ports]))
-    return path
-
-
 def start_group(
     ranks: list[int],
     hostfile: Path,
@@ -362,12 +344,15 @@ class OrphanOutcome:
 
 def orphan_then_next_group(*, guard: bool, timeout: float, scratch: Path) -> OrphanOutcome:
     """Rank 0 stuck in init, its worker SIGKILLed, then a whole new group on the same ports."""
-    hostfile = write_hostfile(scratch, free_loopback_ports(2))
+    ports = free_loopback_ports(2)
+    hostfile = write_hostfile(scratch, ports)
     registry = scratch / "registry"
     first = start_group([0], hostfile, guard=guard, registry=registry)
     second: RunningGroup | None = None
     try:
-        time.sleep(IN_INIT_SETTLE_SECONDS)
+        # Its socket bound, or the next group's rank 0 could take the port first.
+        if not wait_listening(ports[0]):
+            raise RuntimeError(f"rank 0 never listened on port {ports[0]}")
         stuck = first.ranks[0]
         killed_at = time.monotonic()
         first.process.kill()  # SIGKILL of the worker's pid alone
