@@ -11,12 +11,14 @@ PYTEST_ARGS ?=
 # `make test` runs each test on each interpreter and each backend where it can find
 # something (`-m backend`, `-m py313`: the rule is tests/passes.py), not on every
 # pairing: one marked for both runs on the portable backend (3.11) and on 3.13 (the
-# Linux backend), not a third time on 3.11 and Linux (COMMON_SELECT); and test_chaos
-# at CHAOS_ROUNDS. `make test-full` runs every pass whole, chaos at 200 rounds.
+# Linux backend), not a third time on 3.11 and Linux (COMMON_SELECT: unless there is
+# no Python 3.13, whose pass then skips); and test_chaos at CHAOS_ROUNDS. `make
+# test-full` runs every pass whole, chaos at 200 rounds.
 CHAOS_ROUNDS ?= 200
 PORTABLE_SELECT ?= -m backend
 PY313_SELECT ?= -m py313
-COMMON_SELECT ?= -m "(backend or py313) and not (backend and py313)"
+ALL_COMMON := -m "backend or py313"
+COMMON_SELECT ?= $(if $(wildcard $(PYTHON313)),-m "(backend or py313) and not (backend and py313)",$(ALL_COMMON))
 MAIN_SELECT ?=
 # How many of lint, typecheck and the passes run side by side (each pass in its own
 # confined pid namespace; docs/testing.md has the timings and why four); TEST_JOBS=1
@@ -145,7 +147,7 @@ venvs:
 test: venvs
 	$(MAKE) $(SIDE_BY_SIDE) venv-3.13 $(PARTS) typecheck lint
 
-FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT= COMMON_SELECT='-m "backend or py313"'
+FULL := CHAOS_ROUNDS=200 PORTABLE_SELECT= PY313_SELECT= COMMON_SELECT='$(ALL_COMMON)'
 
 test-full: venvs
 	$(MAKE) $(SIDE_BY_SIDE) lint typecheck $(PARTS) $(FULL)
