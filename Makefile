@@ -33,27 +33,34 @@ PYTEST_MODULE = $(if $(COVERAGE_RUN),coverage run -m pytest,pytest)
 # about a fifth of the suite's CPU (docs/testing.md). The bytecode goes beside the
 # sources, in `__pycache__/`, which git ignores.
 unexport PYTHONDONTWRITEBYTECODE
-# For the same reason pip compiles nothing at install: of the 5,000 modules it
-# installs, each is compiled when first imported (compiling them all costs 20 s of CPU).
+# pip brings uv into the 3.11 venv, and uv installs everything else into both: from
+# its cache, pip took 81 s of CPU for the two venvs and uv takes about 20, most of it
+# the 3.11 venv's own pip (docs/testing.md). uv compiles nothing at install either: of
+# the 5,000 modules it installs, each is compiled when first imported.
 PIP_INSTALL := -q --disable-pip-version-check --no-compile
+UV := $(BIN)/uv
 # This checkout on sys.path by a plain .pth line, not setuptools' import hook: the hook
 # imports pathlib and importlib.util into every Python process at start (24 ms of CPU
 # each here, 45 against 21 for `python -c pass`), and the suite starts thousands.
-EDITABLE := --config-settings editable_mode=compat -e
+UV_INSTALL = $(UV) pip install -q --python $(1) --config-settings editable_mode=compat -e
 
 .PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench soak reach test-exo dist clean
 
 all: test
 
-$(BIN)/.installed: pyproject.toml
+$(UV):
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install $(PIP_INSTALL) $(EDITABLE) '.[test,dev]'
+	$(BIN)/python -m pip install $(PIP_INSTALL) uv
+
+$(BIN)/.installed: pyproject.toml | $(UV)
+	$(call UV_INSTALL,$(BIN)/python) '.[test,dev]'
 	scripts/ensure-test-packages
 	touch $@
 
-$(BIN313)/.installed: pyproject.toml
-	$(PYTHON313) -m venv $(VENV313)
-	$(BIN313)/python -m pip install $(PIP_INSTALL) $(EDITABLE) '.[test]'
+# --seed: with pip, which tests run as `sys.executable -m pip`.
+$(BIN313)/.installed: pyproject.toml | $(UV)
+	$(UV) venv -q --allow-existing --seed --python $(PYTHON313) $(VENV313)
+	$(call UV_INSTALL,$(BIN313)/python) '.[test]'
 	scripts/ensure-test-packages
 	touch $@
 
@@ -113,7 +120,7 @@ pytest-portable: $(BIN)/.installed
 		$(CONFINED) $(BIN)/python -m $(PYTEST_MODULE) $(PORTABLE_SELECT) $(PYTEST_ARGS)
 
 # exo runs on Python 3.13 only: the code that runs inside exo is tested there too.
-venv-3.13:
+venv-3.13: | $(UV)
 	@if [ -x "$(PYTHON313)" ]; then $(MAKE) --no-print-directory $(BIN313)/.installed; else \
 		echo "pytest-3.13: no Python 3.13 at '$(PYTHON313)' (set PYTHON313=...): skipped"; fi
 
@@ -138,7 +145,7 @@ frozen-app: $(BIN)/.installed
 SIDE_BY_SIDE = --no-print-directory -j$(TEST_JOBS) $(if $(filter 1,$(TEST_JOBS)),,--output-sync=target)
 
 # Both venvs are set up, side by side, before anything else runs (an install
-# rewrites what a running pass imports): one pip run each, on a core each.
+# rewrites what a running pass imports): one uv run each, once uv is there.
 SET_UP := $(BIN)/.bench-installed venv-3.13
 
 venvs:
@@ -169,11 +176,10 @@ coverage-full: $(SET_UP)
 demo: $(BIN)/.installed
 	$(BIN)/python -m exo_orphan_guard.demo
 
-# The whole 3.11 environment in one pip run (the bench extra with the others: one
+# The whole 3.11 environment in one uv run (the bench extra with the others: one
 # resolution, not two), which also makes `$(BIN)/.installed` current.
-$(BIN)/.bench-installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install $(PIP_INSTALL) $(EDITABLE) '.[test,dev,bench]'
+$(BIN)/.bench-installed: pyproject.toml | $(UV)
+	$(call UV_INSTALL,$(BIN)/python) '.[test,dev,bench]'
 	scripts/ensure-test-packages
 	touch $(BIN)/.installed $@
 

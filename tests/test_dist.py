@@ -18,7 +18,7 @@ from exo_orphan_guard._version import __version__
 from exo_orphan_guard.exo import bugfix, patching, placement
 
 from .helpers.cli import run_cli
-from .helpers.dist import ROOT, Dist, built_dist, wheelhouse
+from .helpers.dist import ROOT, UV, Dist, built_dist, wheelhouse
 from .test_exo_uv_install import REQUIREMENTS
 
 EXO_LOCKED_PSUTIL = "7.2.1"
@@ -86,17 +86,17 @@ def test_the_wheel_installs_into_a_clean_venv_and_passes_its_selftest(
     tmp_path: Path, dist: Dist
 ) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([UV, "venv", "-q", "--python", sys.executable, venv], check=True)
     bin_dir = venv / "bin"
     subprocess.run(
         [
-            str(bin_dir / "python"),
-            "-m",
+            UV,
             "pip",
             "install",
             "-q",
-            "--disable-pip-version-check",
-            str(dist.wheel),
+            "--python",
+            bin_dir / "python",
+            dist.wheel,
             f"psutil=={EXO_LOCKED_PSUTIL}",  # exo's lock: the floor must fit it
         ],
         check=True,

@@ -26,10 +26,9 @@ from exo_orphan_guard._version import __version__
 from exo_orphan_guard.exo import patching, uv_project
 
 from .helpers.cli import run_cli
-from .helpers.dist import Dist, built_dist, wheelhouse
+from .helpers.dist import UV, Dist, built_dist, wheelhouse
 from .test_patching import build_tree, snapshot
 
-UV = Path(sys.executable).parent / "uv"
 SERIES = next(s for s in patching.load_series() if s.name == "v1.0.71")
 
 EXO_LIKE_PYPROJECT = """\

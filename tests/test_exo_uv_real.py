@@ -24,10 +24,8 @@ import pytest
 from exo_orphan_guard.exo import patching
 
 from .helpers.cli import run_cli
-from .helpers.dist import built_dist
+from .helpers.dist import UV, built_dist
 from .helpers.exo_trees import COMMITS, SERIES_VERSIONS, exo_src
-
-UV = Path(sys.executable).parent / "uv"
 
 pytestmark = [pytest.mark.exo, pytest.mark.skipif(sys.platform != "linux", reason="Linux only")]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from exo_orphan_guard.rig.stand_in_exo import EXTENSION_MODULE
 
-from .dist import ROOT, built_dist, cached, digest_of
+from .dist import ROOT, UV, built_dist, cached, digest_of
 
 APP_SCRIPT = ROOT / "tests" / "frozen_app" / "exo_standin.py"
 PYINSTALLER = "pyinstaller>=6.10"
@@ -53,19 +53,10 @@ def frozen_app() -> Path:
         with tempfile.TemporaryDirectory(prefix="eog-frozen-") as scratch:
             work = Path(scratch)
             venv = work / "venv"
-            subprocess.run([builder, "-m", "venv", str(venv)], check=True)
+            subprocess.run([UV, "venv", "-q", "--python", builder, venv], check=True)
             python = str(venv / "bin" / "python")
             subprocess.run(
-                [
-                    python,
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--disable-pip-version-check",
-                    str(wheel),
-                    PYINSTALLER,
-                ],
+                [UV, "pip", "install", "-q", "--python", python, wheel, PYINSTALLER],
                 check=True,
                 capture_output=True,
             )

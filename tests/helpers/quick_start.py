@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import fake_systemd
-from .dist import ROOT
+from .dist import ROOT, UV
 
-UV = Path(sys.executable).parent / "uv"
 UV_INSTALLER = "curl -LsSf https://astral.sh/uv/install.sh | sh"
 CHECKOUT = "~/src/exo-orphan-guard"
 README_HOSTS = "10.0.0.1,10.0.0.2"
