@@ -47,7 +47,6 @@ as exoidle, but once it took its Shutdown it sends more on its event stream (a q
 only its worker reads) than the pipe holds, as a decoding runner's tokens pile up
 once its worker is gone, and after its own shutdown it closes and joins that stream
 as exo's bootstrap does last: with the worker gone, the join never returns."""
-EXO_KINDS: Final[frozenset[str]] = frozenset({"exoidle", "exoload", "exoeval", "exofull"})
 EVENT_FLOOD_BYTES: Final = 2**20
 """Far more than a pipe holds (64 KiB on Linux, at most that on macOS)."""
 

@@ -9,8 +9,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Final
 
-from . import exo_runner
-
 if TYPE_CHECKING:
     from .scenario_worker import Watch, WorkerEnd
 
@@ -20,6 +18,8 @@ PR2205_POLL_SECONDS: Final = 5.0
 def start_watch(watch: Watch, worker_end: WorkerEnd) -> None:
     match watch:
         case "exo":
+            from . import exo_runner
+
             assert isinstance(worker_end, tuple)
             exo_runner.guard(worker_end[0], worker_end[1])
         case "guard":

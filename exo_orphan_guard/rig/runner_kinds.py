@@ -86,3 +86,5 @@ Python, catching nothing; its unwinding (a `finally`, notes `unwinding` and `unw
 takes `SLOW_EXIT_SECONDS`, as a runner letting go of a model does: a second SIGINT
 meanwhile cuts it short."""
 CATCHING: Final[frozenset[RunnerKind]] = frozenset({"catch", "hang", "noisy", "queue", "loguru"})
+EXO_KINDS: Final[frozenset[RunnerKind]] = frozenset({"exoidle", "exoload", "exoeval", "exofull"})
+"""Run by `exo_runner`, as exo's runner runs."""

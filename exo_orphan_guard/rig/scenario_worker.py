@@ -31,17 +31,12 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict, cast
 if TYPE_CHECKING:
     from loguru import Logger
 
-from . import (
-    ending_hazards,
-    exo_runner,
-    native_calls,
-    notice_blockers,
-    runner_guards,
-    runner_threads,
-    stand_in_exo,
-)
+# The kinds' own modules (ending_hazards, exo_runner, native_calls, notice_blockers,
+# runner_threads) are imported where a kind uses them: every worker and runner imports
+# this module, the suite starts thousands, and they cost each about 70 ms of CPU.
+from . import runner_guards, stand_in_exo
 from .notes import RunnerNotes
-from .runner_kinds import CATCHING, RunnerKind
+from .runner_kinds import CATCHING, EXO_KINDS, RunnerKind
 
 stand_in_exo.as_exo_main(__name__)  # in its runners too, which re-run this module
 
@@ -118,14 +113,22 @@ def runner_main(
         # The probe that an unguarded runner exited through Python (unwound, not killed).
         atexit.register(note.write, "atexit")
     if kind == "faulty":
+        from . import native_calls
+
         native_calls.break_the_watchdog()
     if slow_fork := os.environ.get(SLOW_FORK_SECONDS_ENV):
         os.register_at_fork(after_in_child=lambda: time.sleep(float(slow_fork)))
     if kind in ("masked", "maskedsleep"):
+        from . import notice_blockers
+
         notice_blockers.block_the_notice()
+    if kind in CATCHING:  # imported now, not once the runner is unwinding
+        from . import ending_hazards
     runner_guards.start_watch(watch, worker_end)
     try:
         if kind in ("dumps", "dumpsread", "dumpslow"):  # before the report: it is killed then
+            from . import notice_blockers
+
             notice_blockers.dump_stacks_on_the_notice(go_file if kind == "dumpslow" else None)
         children: list[int] = []
         if kind == "child":
@@ -143,6 +146,8 @@ def runner_main(
         if kind not in CATCHING or type(error).__name__ != "WorkerGone":
             raise
         note.write("caught")
+        from . import ending_hazards
+
         try:
             ending_hazards.end_after_catching(kind, worker_end, note)
         except BaseException as problem:
@@ -154,28 +159,29 @@ def runner_main(
 
 
 def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: WorkerEnd) -> None:
-    if kind in exo_runner.EXO_KINDS and isinstance(worker_end, tuple):
+    if kind in EXO_KINDS and isinstance(worker_end, tuple):
+        from . import exo_runner
+
         exo_runner.behave(kind, note, worker_end[1], worker_end[2])
         return
     if kind == "deaf":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    entering = functools.partial(native_calls.entering_native_code, go_file)
-    if kind in ("gil", "deaf", "faulty"):
-        native_calls.hold_the_gil_in_native_code(entering)
-    if kind == "wedged":
-        native_calls.wedge_in_native_code(entering)
+    if kind in ("gil", "deaf", "faulty", "wedged", "mlxbusy", "gilbusy", "gilfree", "mlxloop"):
+        _behave_in_native_code(kind, note, go_file)
     if kind == "threads":
+        from . import runner_threads
+
         runner_threads.wait_for_a_task_among_threads(note)
-    if kind == "mlxbusy":
-        native_calls.one_long_eval_after_another(note)
-    if kind == "slowsink":
-        ending_hazards.log_through_a_slow_sink(note)
-    if kind == "logthread" and not isinstance(worker_end, DupFd | Queue | tuple | None):
-        ending_hazards.log_from_a_thread_while_busy(note, worker_end)
-    while kind == "gilbusy":
-        native_calls.busy_in_native_code_holding_the_gil(note)
-    while kind == "gilfree":
-        native_calls.busy_in_native_code_letting_go_of_the_gil(note)
+    if kind in ("slowsink", "logthread", "exit"):
+        from . import ending_hazards
+
+        if kind == "slowsink":
+            ending_hazards.log_through_a_slow_sink(note)
+        if kind == "logthread" and not isinstance(worker_end, DupFd | Queue | tuple | None):
+            ending_hazards.log_from_a_thread_while_busy(note, worker_end)
+        if kind == "exit":
+            ending_hazards.return_with_work_left(note, go_file)
+            return
     if kind == "swallow":
         try:
             note.write("swallowing")  # ready: from inside the block that swallows
@@ -183,9 +189,6 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
                 time.sleep(3600)
         except:  # noqa: E722  # as exo's vendored deepseek_v4_encoding.py does
             note.write("swallowed")
-    if kind == "exit":
-        ending_hazards.return_with_work_left(note, go_file)
-        return
     if kind == "slowexit":
         try:
             while True:
@@ -212,16 +215,34 @@ def _behave(kind: RunnerKind, note: RunnerNotes, go_file: str, worker_end: Worke
     while kind == "masked":
         time.sleep(0.05)
     if kind in ("dumpsread", "dumpslow"):
+        from . import notice_blockers
+
         notice_blockers.wait_in_one_read()
     while kind == "talk":
         print(f"runner {os.getpid()} tick {time.monotonic():.3f}", flush=True)
         time.sleep(0.05)
-    if kind == "mlxloop":
-        native_calls.loop_over_mlx()
     if kind == "maskedsleep":
         note.write("asleep")  # the test's cue: in Python until this sleep begins
     while True:
         time.sleep(3600)
+
+
+def _behave_in_native_code(kind: RunnerKind, note: RunnerNotes, go_file: str) -> None:
+    from . import native_calls
+
+    entering = functools.partial(native_calls.entering_native_code, go_file)
+    if kind in ("gil", "deaf", "faulty"):
+        native_calls.hold_the_gil_in_native_code(entering)
+    if kind == "wedged":
+        native_calls.wedge_in_native_code(entering)
+    if kind == "mlxbusy":
+        native_calls.one_long_eval_after_another(note)
+    while kind == "gilbusy":
+        native_calls.busy_in_native_code_holding_the_gil(note)
+    while kind == "gilfree":
+        native_calls.busy_in_native_code_letting_go_of_the_gil(note)
+    if kind == "mlxloop":
+        native_calls.loop_over_mlx()
 
 
 def _report(connection: multiprocessing.connection.Connection, report: RunnerReport) -> None:
@@ -233,6 +254,8 @@ def _report(connection: multiprocessing.connection.Connection, report: RunnerRep
 def run_worker(spec: WorkerSpec) -> None:
     multiprocessing.set_start_method("spawn", force=True)  # as exo's main does
     if spec["watch"] == "exo":
+        from . import exo_runner
+
         exo_runner.use_exo_shaped()
     if spec["watch"] == "guard":  # exo's hooks module records nothing for its runners
         from exo_orphan_guard import prepare_worker
@@ -248,6 +271,8 @@ def run_worker(spec: WorkerSpec) -> None:
             reader, writer = multiprocessing.Pipe(duplex=False)
             worker_end: WorkerEnd
             if spec["watch"] == "exo":
+                from . import exo_runner
+
                 worker_end = exo_runner.channel_and_instance(f"scenario-{len(readers)}")
                 exo_ends.append(worker_end)
             else:
@@ -263,7 +288,10 @@ def run_worker(spec: WorkerSpec) -> None:
             keep.extend((process, worker_end))  # a queue's semaphores die with it
 
     reports = _run_in(spec["spawn_from"], spawn_all, lambda: _collect(readers))
-    exo_runner.shut_down_when_asked(spec["go_file"], exo_ends, spec["notes"])
+    if spec["watch"] == "exo":
+        from . import exo_runner
+
+        exo_runner.shut_down_when_asked(spec["go_file"], exo_ends, spec["notes"])
     print(json.dumps(WorkerReport(worker=os.getpid(), runners=reports)), flush=True)
     while True:
         time.sleep(3600)
@@ -275,6 +303,8 @@ def _worker_end(
     """What only this worker reads from its runner: a pipe it drains, a queue, or the
     logger whose enqueued sink it writes out."""
     if kind in ("loguru", "logthread"):
+        from . import native_calls
+
         return native_calls.exos_logger()
     if kind == "queue":
         queue: multiprocessing.queues.Queue[bytes] = context.Queue()
