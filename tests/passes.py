@@ -114,7 +114,7 @@ SINGLE_INTERPRETER: Final[Mapping[str, str]] = {
     "tests.test_chaos": (
         "the mix of watches, sweeps and kills at random moments: every part it reaches "
         "inside exo runs on 3.13 in its own tests (test_parent_watch, test_clean_ending, "
-        "test_watchdog_loss); its 200 rounds load both cores, and outside the main pass "
+        "test_watchdog_loss); its rounds load both cores, and outside the main pass "
         "they ran beside the portable pass's timing tests"
     ),
     "tests.test_exo_uv_install": "packaging: uv and the wheel, not the interpreter",

@@ -6,7 +6,8 @@ SIGKILLed (their understudies take over), and while sweeps are running: two
 at once, each matching the other's command line, and now and then a third SIGKILLed
 midway (mid-freeze, at times). Afterwards no runner may be left, no decoy harmed,
 nothing left stopped. Bounded: 200 rounds, about a minute on 2 cores
-(`EOG_CHAOS_ROUNDS` sets another number; docs/testing.md says what 200 cost).
+(`EOG_CHAOS_ROUNDS` sets another number: `make test` runs 100, `make test-full` 200;
+docs/testing.md says what they cost).
 """
 
 from __future__ import annotations
