@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -209,8 +210,8 @@ def test_another_users_process_survives_even_an_explicit_match(
 def _start_nobody_runner(planted: list[ProcessIdentity], token: str) -> ProcessIdentity:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("starting a process as another user needs root and setpriv")
-    frozen = Path(f"/tmp/eog-nobody-{uuid.uuid4().hex}")
-    frozen.mkdir(mode=0o755)
+    frozen = Path(tempfile.mkdtemp(prefix="eog-nobody-"))
+    frozen.chmod(0o755)
     exo = frozen / "exo"  # looks like exo's frozen app to the fingerprint
     exo.symlink_to("/bin/sh")
     identity = start_orphan(

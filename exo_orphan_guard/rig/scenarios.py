@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -261,10 +262,8 @@ def cleanup(worker: StartedWorker) -> None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(identity.pid, signal.SIGKILL)
     wait_gone(leftovers, timeout=5.0)
-    with contextlib.suppress(OSError):
-        Path(f"{worker.go_file}.shutdown").unlink(missing_ok=True)
-        worker.go_file.unlink()
-        worker.go_file.parent.rmdir()
+    # The directory and all in it (the runners' `.native-<pid>` cues too): ours alone.
+    shutil.rmtree(worker.go_file.parent, ignore_errors=True)
 
 
 def describe_process(identity: ProcessIdentity) -> dict[str, object]:
