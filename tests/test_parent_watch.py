@@ -236,3 +236,14 @@ def test_the_watchdog_holds_none_of_the_runners_pipes(start_worker: StartWorker)
     # as fork copied them: it lets them go at its start, which under load may come late.
     detached: tuple[set[str], list[object], set[str]] = (set(), [], {os.devnull})
     assert wait_until(lambda: held() == detached, 10.0), held()
+
+
+def test_a_workers_cleanup_leaves_none_of_its_files(start_worker: StartWorker) -> None:
+    """Its go directory goes whole, with the cue a runner held in native code leaves
+    there (a run of the suite left about a hundred such directories in /tmp)."""
+    worker = start_worker(["gil"], watch="none")
+    scenarios.wait_in_native_code(worker)
+    assert list(worker.go_file.parent.iterdir())
+    scenarios.cleanup(worker)
+    assert not worker.go_file.parent.exists()
+    assert scenarios.alive(worker.all_processes()) == []

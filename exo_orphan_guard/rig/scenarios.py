@@ -255,7 +255,8 @@ def cleanup(worker: StartedWorker) -> None:
     if worker.process.poll() is None:
         worker.process.kill()
         worker.process.wait()
-    worker.go_file.touch()
+    with contextlib.suppress(FileNotFoundError):  # cleaned up before
+        worker.go_file.touch()
     leftovers = [*worker.all_processes()]
     for identity in leftovers:
         if liveness(identity) == "alive":
