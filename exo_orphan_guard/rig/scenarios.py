@@ -67,6 +67,7 @@ class StartedWorker:
     process: subprocess.Popen[str]
     runners: tuple[StartedRunner, ...]
     go_file: Path
+    """In a directory of its own (`start_worker` makes it), which `cleanup` removes."""
     killed_at: float | None = None
     notes: Path | None = None
     """Where its runners write what happened to them (`notes.read_notes`)."""
