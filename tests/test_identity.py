@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,21 @@ def test_an_exited_unreaped_child_counts_as_gone() -> None:
     child.wait()
     assert identity_of(child.pid) is None
     assert liveness(ProcessIdentity(Pid(child.pid), identity.started)) == "gone"
+
+
+def test_a_forked_child_is_itself_not_the_parent_it_was_forked_from() -> None:
+    """This process's identity is read once and kept: a forked child, a process of its
+    own with the parent's memory, must not be handed the parent's."""
+    me = current_identity()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked child
+        os.close(read)
+        os.write(write, current_identity().encode().encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        told = ProcessIdentity.decode(pipe.read().decode())
+    os.waitpid(child, 0)
+    assert told != me and told.pid == child
+    assert current_identity() == me == identity_of(os.getpid())

@@ -46,7 +46,14 @@ class HostKey:
 
 
 def host_key() -> HostKey:
-    return key_for(system.hardware_uuid(), socket.gethostname())
+    return _host_key(system.hardware_uuid(), socket.gethostname(), os.getpid())
+
+
+@functools.lru_cache(maxsize=4)
+def _host_key(hardware_uuid: str | None, hostname: str, pid: int) -> HostKey:
+    """Kept per pid too, as `hostname_key` keeps what it reads: the guardian asks at
+    every scan, and the hostname is the only part that can change meanwhile."""
+    return key_for(hardware_uuid, hostname)
 
 
 def key_for(hardware_uuid: str | None, hostname: str) -> HostKey:

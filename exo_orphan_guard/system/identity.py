@@ -48,11 +48,19 @@ def identity_of(pid: int) -> ProcessIdentity | None:
     return ProcessIdentity(Pid(pid), start.started)
 
 
+_own: list[ProcessIdentity] = []
+"""This process's identity once read: it cannot change while the process runs, and a
+forked child, which is another process, starts without it."""
+os.register_at_fork(after_in_child=_own.clear)
+
+
 def current_identity() -> ProcessIdentity:
-    own = identity_of(os.getpid())
-    if own is None:  # pragma: no cover - our own /proc entry cannot vanish
-        raise RuntimeError("cannot read this process's own start time")
-    return own
+    if not _own:
+        own = identity_of(os.getpid())
+        if own is None:  # pragma: no cover - our own /proc entry cannot vanish
+            raise RuntimeError("cannot read this process's own start time")
+        _own.append(own)
+    return _own[0]
 
 
 def liveness(identity: ProcessIdentity) -> Liveness:
