@@ -1,12 +1,13 @@
 """exo's pidfile as the guardian reads it (`guardian.pidfile`): only a regular file,
-never a blocking open, at most a few bytes, and on a thread a scan waits for only
-briefly (a hung network path, by injection)."""
+never a blocking open, at most a few bytes, and on a thread no scan waits for (a hung
+network path, by injection)."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from exo_orphan_guard.guardian.pidfile import MAX_BYTES, PidfileReader, read_pidfile
@@ -46,9 +47,9 @@ def test_only_the_first_bytes_of_a_large_file_are_read(tmp_path: Path) -> None:
     assert read_pidfile(path) is None
 
 
-def test_a_read_that_hangs_costs_a_scan_a_moment_and_one_thread(tmp_path: Path) -> None:
-    """A pidfile on a network mount that stopped answering: the scan goes on without
-    it after a moment; later scans do not wait at all, nor start another reader;
+def test_a_read_that_hangs_costs_no_scan_a_wait_and_one_thread(tmp_path: Path) -> None:
+    """A pidfile on a network mount that stopped answering: no scan waits for it, the
+    scans go on without it once a read is late, no second reader is started, and
     once it answers, its pid is read again."""
     answer = threading.Event()
     reads: list[float] = []
@@ -61,21 +62,39 @@ def test_a_read_that_hangs_costs_a_scan_a_moment_and_one_thread(tmp_path: Path) 
 
     readers = _readers()
     reader = PidfileReader(tmp_path / "exo.pid", read=hanging, answer_seconds=0.2)
-    assert reader.pid() == (4242, True)
-    asked = time.monotonic()
-    assert reader.pid() == (None, False)
-    assert 0.2 <= time.monotonic() - asked < 2.0
-    asked = time.monotonic()
-    assert reader.pid() == (None, False)
-    assert time.monotonic() - asked < 0.1, "a later scan waited for the hung read again"
+    assert reader.pid() == (None, True), "nothing was read yet"
+    _until(lambda: reader.pid() == (4242, True))  # and the second read, which hangs
+    _until(lambda: len(reads) == 2)
+    assert reader.pid() == (4242, True), "a read under way is not late yet"
+    time.sleep(0.2)
+    for _ in range(3):
+        asked = time.monotonic()
+        assert reader.pid() == (None, False)
+        assert time.monotonic() - asked < 0.1, "a scan waited for the hung read"
     assert len(reads) == 2
     assert _readers() == readers + 1
     answer.set()
-    deadline = time.monotonic() + 10
-    while (found := reader.pid()) != (4242, True):
-        assert time.monotonic() < deadline, found
-        time.sleep(0.01)
+    _until(lambda: reader.pid() == (4242, True))
     assert _readers() == readers + 1
+
+
+def test_each_scan_takes_what_a_read_before_it_found(tmp_path: Path) -> None:
+    """A scan is given the last answer, and asks for the next: the pidfile written,
+    a later scan names its pid; removed, a later scan names none."""
+    path = tmp_path / "exo.pid"
+    reader = PidfileReader(path)
+    assert reader.pid() == (None, True)
+    path.write_text("4242\n")
+    _until(lambda: reader.pid() == (4242, True))
+    path.unlink()
+    _until(lambda: reader.pid() == (None, True))
+
+
+def _until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "not within 10 s"
+        time.sleep(0.01)
 
 
 def _readers() -> int:

@@ -6,9 +6,12 @@ runners. What sits at that path is not the guardian's to trust: a FIFO (opening 
 for reading waits for a writer), a device, a huge file, a network mount that no
 longer answers (every call into it hangs). So it is read only if it is a regular
 file, checked before it is opened and again on what was opened, opened
-non-blocking, at most `MAX_BYTES`; and on a thread of its own, which a scan waits for
-only `ANSWER_SECONDS`: a read that hangs holds that one thread, and the scans go on
-without the pidfile until it answers again (no second thread is started meanwhile).
+non-blocking, at most `MAX_BYTES`; and on a thread of its own, which a scan never
+waits for: each scan takes the answer to the read asked for before and asks for the
+next. A read still under way after `ANSWER_SECONDS` hangs: it holds that one thread,
+and the scans go on without the pidfile until it answers again (no second thread is
+started meanwhile). The pid found is a scan old at most: exo's pidfile only lets the
+guardian watch an exo before it has runners.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, final
 
 MAX_BYTES: Final = 64
 ANSWER_SECONDS: Final = 0.1
-"""A pidfile on a local disk answers in well under a millisecond."""
+"""A pidfile on a local disk answers in well under a millisecond: a read still under
+way after this long is taken to hang."""
 
 
 def read_pidfile(path: Path) -> int | None:
@@ -46,7 +51,7 @@ def read_pidfile(path: Path) -> int | None:
 
 @final
 class PidfileReader:
-    """Reads `path` on a thread of its own, each scan waiting for it briefly."""
+    """Reads `path` on a thread of its own, which each scan asks and never waits for."""
 
     def __init__(
         self,
@@ -59,25 +64,27 @@ class PidfileReader:
         self._answer_seconds = answer_seconds
         self._changed = threading.Condition()
         self._asked = 0
+        self._asked_at = 0.0
         self._answered = 0
         self._pid: int | None = None
         self._thread: threading.Thread | None = None
 
     def pid(self) -> tuple[int | None, bool]:
-        """The pid the pidfile names (None: none), and whether it answered in time;
-        while an earlier read still hangs, (None, False) at once."""
+        """The pid the last read found (None: none, or nothing read yet), and whether
+        the reads answer; a read is asked for unless one is under way. While a read
+        hangs, (None, False)."""
         with self._changed:
             if self._answered < self._asked:
-                return None, False
+                if time.monotonic() - self._asked_at >= self._answer_seconds:
+                    return None, False
+                return self._pid, True
             self._asked += 1
+            self._asked_at = time.monotonic()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._serve, name="pidfile", daemon=True)
                 self._thread.start()
             self._changed.notify_all()
-            answered = self._changed.wait_for(
-                lambda: self._answered == self._asked, self._answer_seconds
-            )
-            return (self._pid if answered else None), answered
+            return self._pid, True
 
     def _serve(self) -> None:
         while True:
@@ -88,4 +95,3 @@ class PidfileReader:
             with self._changed:
                 self._pid = pid
                 self._answered = asked
-                self._changed.notify_all()
