@@ -221,12 +221,47 @@ def test_a_pid_that_changed_hands_between_two_scans_is_read_again(
         _start(processes, ["sleep", "120"])
         agree(scan)
         _next_pid(pid)
-    innocent.kill()
-    innocent.wait()
-    runner = _start(processes, _runner_argv(exo_python))
-    if runner.pid != pid:
-        pytest.skip(f"another process took pid {pid} first (the runner got {runner.pid})")
+    _runner_in_place_of(innocent, processes, exo_python)
     assert pid in _pids(agree(scan))
+
+
+@pytest.mark.machine_wide
+@pytest.mark.skipif(
+    not _may_choose_pids(), reason="choosing the next pid needs root in its own pid namespace"
+)
+def test_a_candidates_pid_that_changed_hands_is_something_new(
+    exo_python: str, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """What lets the guardian keep its last judgement (`guardian.judgement`): a scan
+    that finds the same candidate pids, one of them now another runner's, found
+    something new. The allocator is set back before a scan (that scan lists whole),
+    so that the next runner takes the very pid, as in the test above."""
+    first = _start(processes, _runner_argv(exo_python))
+    pid = first.pid
+    scan = CheapScan()
+
+    def settled() -> bool:
+        agree(scan)
+        return scan.unchanged
+
+    assert wait_until(settled, timeout=10.0), "nothing new, scan after scan"
+    _next_pid(pid)
+    agree(scan)
+    _runner_in_place_of(first, processes, exo_python)
+    assert pid in _pids(agree(scan))
+    assert not scan.unchanged
+
+
+def _runner_in_place_of(
+    process: subprocess.Popen[bytes], processes: list[subprocess.Popen[bytes]], exo_python: str
+) -> None:
+    """Ends `process` and starts a runner that takes its pid (the allocator set back
+    to just before it); skips if another process took it first."""
+    process.kill()
+    process.wait()
+    runner = _start(processes, _runner_argv(exo_python))
+    if runner.pid != process.pid:
+        pytest.skip(f"another process took pid {process.pid} first (the runner got {runner.pid})")
 
 
 @pytest.mark.machine_wide

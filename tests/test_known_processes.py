@@ -18,6 +18,7 @@ from exo_orphan_guard.guardian.known_processes import (
     absorb,
     kind_of,
     listing_plan,
+    nothing_new,
     plan_reads,
 )
 from exo_orphan_guard.system.process_facts import CreationMark, Pid, Stamp
@@ -216,3 +217,41 @@ def test_the_scans_since_a_whole_listing_are_counted() -> None:
     known, _ = _scan(known, None)
     known, _ = _scan(known, {10: 1}, covered=range(10, 11))
     assert known.scans_since_whole == 2
+
+
+def _runner_at(*pids: int) -> Reader:
+    return lambda pid: "candidate" if pid in pids else "other"
+
+
+def _unchanged(
+    before: Known, found: Mapping[int, Stamp | None] | None, read: Reader, covered: range | None
+) -> bool:
+    listing = None if found is None else Listing({Pid(pid): s for pid, s in found.items()}, covered)
+    reads = plan_reads(before, listing)
+    kinds: dict[Pid, Kind] = {pid: read(pid) for pid in reads.pids}
+    return nothing_new(before, absorb(before, MARK, listing, reads, kinds), listing, reads)
+
+
+def test_nothing_is_new_only_when_each_candidate_is_still_the_same_process() -> None:
+    """What lets a scan keep the last judgement (`guardian.judgement`)."""
+    table = {100: 1, 200: 2, 300: 3}
+    runner = _runner_at(200)
+    known = _settled(table, runner)
+    assert known.candidates == {Pid(200)}
+    # No pid handed out since: no listing, the same candidate.
+    assert _unchanged(known, None, runner, None)
+    # A few pids handed out, none of them the candidate's.
+    assert _unchanged(known, {**table, 301: 4}, runner, range(301, 302))
+    # The candidate's pid handed out again: another process holds it now.
+    assert not _unchanged(known, {**table, 200: 9}, runner, range(200, 201))
+    # A new candidate, or the candidate no longer one.
+    assert not _unchanged(known, {**table, 301: 4}, _runner_at(200, 301), range(301, 302))
+    assert not _unchanged(known, None, _others, None)
+    # A whole listing (macOS lists whole at every scan) tells by the stamps: the same,
+    # a new one, or none (psutil's listing: it cannot tell).
+    assert _unchanged(known, table, runner, None)
+    assert not _unchanged(known, {**table, 200: 9}, runner, None)
+    unstamped = dict.fromkeys(table)
+    assert not _unchanged(_settled(unstamped, runner), unstamped, runner, None)
+    # The first scan: nothing before it.
+    assert not nothing_new(Known(), known, None, plan_reads(Known(), None))

@@ -17,7 +17,16 @@ from .. import system
 from ..records import sightings
 from ..sweeper.process_memo import ProcessMemo
 from ..system.process_facts import Pid
-from .known_processes import Known, Listing, absorb, kind_of, listing_plan, plan_reads
+from .known_processes import (
+    Kind,
+    Known,
+    Listing,
+    absorb,
+    kind_of,
+    listing_plan,
+    nothing_new,
+    plan_reads,
+)
 
 
 @final
@@ -27,6 +36,9 @@ class CheapScan:
         self.memo = ProcessMemo()
         self.seen = sightings.Reader()
         """For `judge`, with the candidates."""
+        self.unchanged = False
+        """Whether the last scan found what the one before it did: the same candidates,
+        and none of them a process new since (`known_processes.nothing_new`)."""
 
     def candidates(self) -> frozenset[Pid]:
         """The pids whose command lines a full scan's pass would pick now."""
@@ -39,6 +51,7 @@ class CheapScan:
         elif choice != "none":
             listing = Listing(system.processes_among(choice), choice)
         reads = plan_reads(known, listing)
-        kinds = {pid: kind_of(system.command_line(pid)) for pid in reads.pids}
+        kinds: dict[Pid, Kind] = {pid: kind_of(system.command_line(pid)) for pid in reads.pids}
         self._known = absorb(known, mark, listing, reads, kinds)
+        self.unchanged = nothing_new(known, self._known, listing, reads)
         return self._known.candidates

@@ -201,6 +201,23 @@ def absorb(
     )
 
 
+def nothing_new(before: Known, now: Known, listing: Listing | None, reads: Reads) -> bool:
+    """Whether a scan found the candidates the scan before found, each still the same
+    process: no pid was handed out since (`listing` None), or the listing shows each
+    candidate it covers under the stamp it had. A listing without stamps (psutil's)
+    cannot tell, nor can the first scan."""
+    if not before.stamps or now.candidates != before.candidates:
+        return False
+    if listing is None:
+        return True
+    covered = listing.covered
+    return all(
+        pid not in reads.fresh and listing.found.get(pid) is not None
+        for pid in before.candidates
+        if covered is None or pid in covered
+    )
+
+
 def _settles(known: Known, pid: Pid, stamp: Stamp | None) -> bool:
     """A read of "other" settles `pid` if an earlier scan read the same under the same
     stamp; with no stamp, nothing tells that it is still the same process."""

@@ -8,23 +8,21 @@ guardian:
 1. ends what was orphaned while it was not running (a sweep of every process);
 2. every scan interval, judges the process table as a sweep does
    (`judging.judge`, its command-line pass replaced by `CheapScan`, which reads only
-   what is new and keeps what cannot change of what it describes), starts an exit
-   watch on each exo process with runners it has not seen (pidfd on Linux, kqueue on
-   macOS, polling on the portable backend), and ends any orphan the scan finds (an
-   exo killed between two scans);
+   what is new and keeps what cannot change of what it describes; or keeps the last
+   judgement while it still stands, `judgement`), starts an exit watch on each exo
+   process with runners it has not seen (pidfd on Linux, kqueue on macOS, polling on
+   the portable backend), and ends any orphan the scan finds (an exo killed between
+   two scans);
 3. when a watched exo process exits, ends the runners last seen under it at once,
-   judging only them (a few milliseconds), then scans again. An exo whose hooks hand
-   its runners their own Shutdown (`handover_marker`) has them left alone for the
-   grace first, so that no SIGINT cuts exo's own `Runner.shutdown` short: by
-   whichever ending finds them, since a scan or the start-up sweep may read the
-   table after that exo died and act before its exit watch does.
+   judging only them (a few milliseconds), then scans again. Runners that hand
+   themselves exo's own Shutdown (`handover_marker`) are left alone for the grace
+   first, by whichever ending finds them (`_handed`).
 
-Each ending (`endings.end_runners`) judges as a sweep does, so every never-kill rule
-holds, and ends through the sweep's engine, in a thread of its own, so that a busy
-runner's wait never delays another exo's: an exo runner gets SIGINT on its main
-thread (KeyboardInterrupt unwinds it through Python), the busy wait, then SIGKILL; a
-guarded runner (recorded) is left to its own watch until its deadline, as a sweep
-leaves it. A target is claimed by one ending at a time.
+Each ending (`endings.end_runners`) judges afresh as a sweep does, so every
+never-kill rule holds, and ends through the sweep's engine in a thread of its own: an
+exo runner gets SIGINT on its main thread, the busy wait, then SIGKILL; a guarded
+runner (recorded) is left to its own watch until its deadline. A target is claimed
+by one ending at a time.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from types import FrameType
 from typing import Final, final
 
@@ -52,7 +50,6 @@ from ..records.guardian_state import (
 from ..records.registry import Registry
 from ..records.user_dir import user_dir
 from ..sweeper.judging import judge
-from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
 from ..sweeper.sweep_endings import Bounds
 from ..sweeper.verdicts import Verdict
 from ..system import boot_id, settings
@@ -62,6 +59,7 @@ from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .cheap_scan import CheapScan
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
+from .judgement import Judgement, named_processes, still_stands
 from .leaving import Leaving, holder_leaving, starting
 from .log import say
 from .pidfile import PidfileReader
@@ -171,17 +169,19 @@ class Guardian:
         """Such processes that died, with when (`time.monotonic()`): a runner one of
         them spawned less than a scan before it died was never seen under it, but it
         started after it, and it is found orphaned within the grace."""
-        self._exit_watches: set[ProcessIdentity] = set()
+        self._exit_watches: dict[ProcessIdentity, threading.Thread] = {}
         """exo processes with an exit watch under way: one each, however often they
         lose and regain runners (a model unloaded, another loaded)."""
         self._claims = Claims()
         self._sightings_problem: str | None = None
         self._sightings = watchlist.Remembering()
+        self._base = settings.registry_dir()
+        """Where its registry is: its environment does not change while it runs."""
         self._cheap_scan = CheapScan()
+        self._judgement: Judgement | None = None
+        """The last scan's judgement, kept while it still stands (`judgement`)."""
         self._pidfile = PidfileReader(settings.exo_pidfile())
         self._pidfile_hangs = False
-        self._starting = False
-        """A young orphan not known to be exo was seen: it may show it is, soon."""
         self._lock = threading.Lock()
         self._endings: list[threading.Thread] = []
         interval = settings.scan_interval_setting()
@@ -203,7 +203,7 @@ class Guardian:
             f"watching for exo processes of uid {os.geteuid()} (pid {os.getpid()}, "
             f"scan every {self._interval:g} s, "
             f"SIGKILL {self._bounds.interrupt_wait:g} s after SIGINT, "
-            f"registry {settings.registry_dir()})"
+            f"registry {self._base})"
         )
         self._end(_FULL_SCAN, "start-up sweep")
         idle_scans = 0
@@ -224,7 +224,7 @@ class Guardian:
                         f"{first if handover and grace > 0 else ''}SIGINT"
                     )
                     self._end([runner.pid for runner in runners], f"exo {dead.pid} exited")
-                handover_marker.remove(settings.registry_dir(), dead.pid)
+                handover_marker.remove(self._base, dead.pid)
                 next_scan = time.monotonic()  # runners started since the last scan
                 continue
             if self._stop.is_set() or time.monotonic() < next_scan:
@@ -249,33 +249,32 @@ class Guardian:
             say(f"runner {runner.pid}, stuck in the kernel after SIGKILL, is gone now")
         if scans % UPKEEP_SCANS == 0:
             home = self._leaving.home
-            upkeep(settings.registry_dir(), home, boot_id(), time.time(), time.monotonic())
+            upkeep(self._base, home, boot_id(), time.time(), time.monotonic())
 
     def _busy(self) -> bool:
         with self._lock:
             self._endings = [thread for thread in self._endings if thread.is_alive()]
-            return bool(self._watched or self._endings or self._starting)
+            starting = self._judgement is not None and self._judgement.starting
+            return bool(self._watched or self._endings or starting)
 
     def _scan(self) -> None:
-        warnings: list[str] = []
-        base = settings.registry_dir()
-        registry, _ = Registry.open(base, create=False)
         scan = self._cheap_scan
         candidates = scan.candidates()
-        table, verdicts = judge(registry, OPTIONS, warnings, candidates, scan.memo, scan.seen)
-        named = _named(table, (*self._named, *self._in_pidfile(), *self._leaving.requested()))
-        found = watchlist.exo_processes(table, verdicts, named)
-        self._starting = starting(verdicts, time.time())
-        if registry is not None:  # before any exit watch: its ending judges by them
-            problem = self._sightings.remember(registry.path, table, found)
-            if problem is not None and problem != self._sightings_problem:
-                say(problem)
-            self._sightings_problem = problem
+        named_pids = (*self._named, *self._in_pidfile(), *self._leaving.requested())
+        with self._lock:
+            watched = set(self._watched)
+            exit_watched = {exo for exo, watch in self._exit_watches.items() if watch.is_alive()}
+        last = self._judgement
+        if last is None or not still_stands(
+            last, candidates, scan.unchanged, named_pids, watched, exit_watched
+        ):
+            last = self._judgement = self._judge(candidates, named_pids)
+        table, verdicts, named, found = last.table, last.verdicts, last.named, last.found
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
         handing_over = {
-            process
-            for process in found
-            if process in starts and handover_marker.hands_over(base, process.pid, starts[process])
+            exo
+            for exo in found
+            if exo in starts and handover_marker.hands_over(self._base, exo.pid, starts[exo])
         }
         with self._lock:
             # Said of an exo already watched: its marker came after its first scan.
@@ -287,17 +286,20 @@ class Guardian:
             }
             new = watchlist.newly_watched(self._watched, found)
             self._watched = dict(found)
-            unwatched = [process for process in new if process not in self._exit_watches]
-            self._exit_watches.update(unwatched)
+            for process in (process for process in new if process not in self._exit_watches):
+                watch = threading.Thread(
+                    target=self._watch_exit,
+                    args=(process,),
+                    name=f"exit-{process.pid}",
+                    daemon=True,
+                )
+                self._exit_watches[process] = watch
+                watch.start()
         for process in new:
             handover = ", which hand themselves their Shutdown" if process in handing_over else ""
             say(f"watching exo {process.pid} ({len(found[process])} runner(s){handover})")
         for process in newly_handing:
             say(f"exo {process.pid}: its runners hand themselves their Shutdown (its marker)")
-        for process in unwatched:
-            threading.Thread(
-                target=self._watch_exit, args=(process,), name=f"exit-{process.pid}", daemon=True
-            ).start()
         taken = self._claims.taken() | self._stuck.resting(time.monotonic())
         orphans = [
             verdict.pid
@@ -309,9 +311,24 @@ class Guardian:
         if orphans:
             self._end(orphans, "orphans found by a scan")
 
+    def _judge(self, candidates: frozenset[Pid], named_pids: tuple[int, ...]) -> Judgement:
+        """The table judged as a sweep judges it, and what it shows remembered."""
+        registry, _ = Registry.open(self._base, create=False)
+        scan = self._cheap_scan
+        table, verdicts = judge(registry, OPTIONS, [], candidates, scan.memo, scan.seen)
+        named = named_processes(table, named_pids)
+        found = watchlist.exo_processes(table, verdicts, named)
+        if registry is not None:  # before any exit watch: its ending judges by them
+            problem = self._sightings.remember(registry.path, table, found)
+            if problem is not None and problem != self._sightings_problem:
+                say(problem)
+            self._sightings_problem = problem
+        young = starting(verdicts, time.time())
+        return Judgement(table, verdicts, tuple(named), found, candidates, named_pids, young)
+
     def _in_pidfile(self) -> tuple[int, ...]:
         """The pid in exo's pidfile (exo main writes one; releases and the app before
-        it do not), never waited for long (`pidfile`)."""
+        it do not), as the read before this scan found it (`pidfile`)."""
         pid, answered = self._pidfile.pid()
         if answered == self._pidfile_hangs:
             path = self._pidfile.path
@@ -331,7 +348,7 @@ class Guardian:
         """The runners last seen under `process`, and whether they hand themselves
         their Shutdown; it is watched no more."""
         with self._lock:
-            self._exit_watches.discard(process)
+            self._exit_watches.pop(process, None)
             handover = process in self._handing_over
             self._handing_over.discard(process)
             if handover:
@@ -381,14 +398,3 @@ class Guardian:
         with self._lock:
             self._endings.append(thread)
         thread.start()
-
-
-def _named(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
-    """The processes named to be watched (by exo's pidfile, by `--watch`) that are
-    alive: from `table`, or read now."""
-    unlisted = [pid for pid in pids if Pid(pid) not in table.processes]
-    read: Mapping[Pid, ProcessInfo] = (
-        gather(unlisted, fingerprint=False, match=None).processes if unlisted else {}
-    )
-    found = [table.processes.get(Pid(pid)) or read.get(Pid(pid)) for pid in pids]
-    return [info for info in found if info is not None]

@@ -1,0 +1,86 @@
+"""When a scan may keep the last scan's judgement instead of judging again: decided
+by a pure function (`still_stands`), so that every condition is tested on made-up
+scans.
+
+An idle exo, watched, is the guardian's usual day: each scan described the exo and its
+runners again (their stat files, command lines and executables, `process_memo`) and
+judged them again, to find what it found the scan before. It cannot find anything
+else while all of these hold:
+
+- nothing new was listed (`known_processes.nothing_new`): the same candidates, each
+  still the same process (its stamp in the listing unchanged, or no pid handed out);
+- the same pids are named to be watched (exo's pidfile, watch requests, `--watch`);
+- every candidate is a runner the last judgement saw under an exo that is still
+  watched, with its exit watch in place: such a runner is orphaned only when that exo
+  dies, and its exit watch says so at once (a death changes what is watched, and the
+  scan after it judges again);
+- the last judgement ended nothing and saw no young orphan that may yet show it is
+  exo (`leaving.starting`).
+
+On Linux a candidate's pid handed out again after root set the allocator back, unseen
+by any scan, waits for the next whole listing (at least every
+`known_processes.FULL_LISTING_SCANS` scans), as a new process does. macOS lists every
+process at each scan, stamped by start time; the portable backend's listing has no
+stamps, so there every scan judges. An ending never uses a kept judgement: it judges
+afresh before any signal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import final
+
+from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
+from ..sweeper.verdicts import Verdict
+from ..system.identity import ProcessIdentity
+from ..system.process_facts import Pid
+from .watchlist import Watched
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """What a scan judged, and from what."""
+
+    table: ProcessTable
+    verdicts: Sequence[Verdict]
+    named: Sequence[ProcessInfo]
+    """The processes named to be watched, as described then."""
+    found: Watched
+    """The exo processes found, with their runners."""
+    candidates: frozenset[Pid]
+    named_pids: tuple[int, ...]
+    starting: bool
+    """A young orphan not known to be exo was seen."""
+
+
+def still_stands(
+    last: Judgement,
+    candidates: frozenset[Pid],
+    unchanged: bool,
+    named_pids: tuple[int, ...],
+    watched: Collection[ProcessIdentity],
+    exit_watched: Collection[ProcessIdentity],
+) -> bool:
+    """Whether judging now would find what `last` found (see the module's docstring)."""
+    if not unchanged or candidates != last.candidates or named_pids != last.named_pids:
+        return False
+    if last.starting or any(verdict.action == "kill" for verdict in last.verdicts):
+        return False
+    exo_processes = set(last.found)
+    if set(watched) != exo_processes or not exo_processes <= set(exit_watched):
+        return False
+    runners = {runner.pid for runners in last.found.values() for runner in runners}
+    return candidates <= runners
+
+
+def named_processes(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInfo]:
+    """The processes named to be watched (by exo's pidfile, by `--watch`) that are
+    alive: from `table`, or read now."""
+    unlisted = [pid for pid in pids if Pid(pid) not in table.processes]
+    read: Mapping[Pid, ProcessInfo] = (
+        gather(unlisted, fingerprint=False, match=None).processes if unlisted else {}
+    )
+    found = [table.processes.get(Pid(pid)) or read.get(Pid(pid)) for pid in pids]
+    return [info for info in found if info is not None]

@@ -1,0 +1,79 @@
+"""When a guardian's scan keeps the last judgement (`guardian.judgement`: pure, on
+made-up scans)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from exo_orphan_guard.guardian.judgement import Judgement, still_stands
+from exo_orphan_guard.guardian.watchlist import exo_processes
+from exo_orphan_guard.sweeper.process_table import ProcessInfo
+from exo_orphan_guard.sweeper.verdicts import SweepOptions, decide
+from exo_orphan_guard.system.identity import ProcessIdentity
+from exo_orphan_guard.system.process_facts import Pid
+from tests.helpers.snapshots import EXO_PY, proc, table
+
+WORKER = proc(200, 1, argv=(EXO_PY, "-m", "exo"))
+RUNNERS = (proc(210, 200, exo=False), proc(211, 200, exo=False))
+CANDIDATES = frozenset({Pid(210), Pid(211)})
+
+
+def _judged(*processes: ProcessInfo) -> Judgement:
+    snapshot = table(WORKER, *RUNNERS, *processes)
+    verdicts = decide(snapshot, [], SweepOptions(fingerprint=True))
+    found = exo_processes(snapshot, verdicts)
+    candidates = frozenset(info.pid for info in snapshot.processes.values() if info.is_spawn_child)
+    return Judgement(snapshot, verdicts, (), found, candidates, (), starting=False)
+
+
+def _stands(
+    last: Judgement,
+    *,
+    candidates: frozenset[Pid] | None = None,
+    unchanged: bool = True,
+    named_pids: tuple[int, ...] = (),
+    watched: set[ProcessIdentity] | None = None,
+    exit_watched: set[ProcessIdentity] | None = None,
+) -> bool:
+    """`last` against a scan that found what it did, but for what is given."""
+    return still_stands(
+        last,
+        last.candidates if candidates is None else candidates,
+        unchanged,
+        named_pids,
+        set(last.found) if watched is None else watched,
+        set(last.found) if exit_watched is None else exit_watched,
+    )
+
+
+def test_an_idle_exo_watched_keeps_its_judgement() -> None:
+    last = _judged()
+    assert last.candidates == CANDIDATES and _stands(last)
+
+
+def test_anything_new_or_named_judges_again() -> None:
+    last = _judged()
+    assert not _stands(last, unchanged=False), "a candidate's pid handed out again"
+    assert not _stands(last, candidates=CANDIDATES | {Pid(212)}), "a new runner"
+    assert not _stands(last, candidates=frozenset({Pid(210)})), "a runner gone from the reads"
+    assert not _stands(last, named_pids=(300,)), "exo's pidfile names a process"
+
+
+def test_a_death_or_an_exit_watch_not_in_place_judges_again() -> None:
+    last = _judged()
+    assert not _stands(last, watched=set()), "the exo died: its exit watch said so"
+    assert not _stands(last, exit_watched=set()), "no exit watch would say so"
+
+
+def test_a_candidate_that_is_not_a_watched_exos_runner_judges_again() -> None:
+    """Its parent's death shows only in a scan: no exit watch is on that parent."""
+    pool = proc(400, 1, argv=(EXO_PY, "pool.py"), exo=False, environment=True)
+    last = _judged(pool, proc(410, 400, exo=False))
+    assert Pid(410) in last.candidates and not _stands(last)
+
+
+def test_an_orphan_to_end_or_a_young_one_judges_again() -> None:
+    last = _judged(proc(510, 1))  # exo's runner, its spawner gone
+    assert any(verdict.action == "kill" for verdict in last.verdicts)
+    assert not _stands(last)
+    assert not _stands(dataclasses.replace(_judged(), starting=True))
