@@ -39,7 +39,8 @@ DESCRIPTION: Final = (
     "ends their runners). The second half runs one guardian throughout, and is what the "
     "checks judge: its first and last windows (a sixth of the half each, the first "
     "after a warm-up) must not differ by more than the slack, and the files never "
-    "exceed their bound."
+    "exceed their bound. A round whose stand-in did not start (its report not within "
+    "60 s: the machine, not the guardian) is not run, and counted."
 )
 RESTARTS: Final = 6
 SAMPLE_SECONDS: Final = 30.0
@@ -54,6 +55,8 @@ FDS_SLACK: Final = 3
 THREADS_SLACK: Final = 3
 FILES_BOUND_KIB: Final = 2048
 """`endings.jsonl` is cut past 512 KiB, the log past 1 MiB; the rest is a few lines."""
+MAX_UNSTARTED: Final = 10
+"""Rounds not run before the soak gives up: past this, something else is wrong."""
 
 
 @final
@@ -79,6 +82,7 @@ class _Counts:
     starts: int = 0
     ended: int = 0
     leftovers: int = 0
+    unstarted: int = 0
     guardian: subprocess.Popen[bytes] | None = None
     samples: list[Sample] = field(default_factory=list[Sample])
 
@@ -89,6 +93,8 @@ class SoakResult:
     seconds: float
     samples: tuple[Sample, ...]
     problems: tuple[str, ...]
+    unstarted: int
+    """Rounds not run: a stand-in did not start."""
 
 
 def run(seconds: float, scratch: Path) -> SoakResult:
@@ -121,7 +127,8 @@ def run(seconds: float, scratch: Path) -> SoakResult:
         stop.set()
         sampler.join()
         _stop(counts.guardian)
-    return SoakResult(seconds, tuple(counts.samples), tuple(judge(counts.samples, seconds)))
+    problems = tuple(judge(counts.samples, seconds))
+    return SoakResult(seconds, tuple(counts.samples), problems, counts.unstarted)
 
 
 def _environment(scratch: Path, registry: Path, home: Path) -> dict[str, str]:
@@ -164,6 +171,8 @@ def _stop(guardian: subprocess.Popen[bytes] | None) -> None:
 
 def _round(counts: _Counts, registry: Path, exo_python: str, *, marked: bool) -> None:
     workers = _start_workers(counts, registry, exo_python, marked=marked)
+    if workers is None:
+        return
     try:
         time.sleep(random.uniform(0.0, 3.0))
         _kill_and_count(counts, workers)
@@ -180,7 +189,7 @@ def _round_while_down(
     assert counts.guardian is not None
     counts.guardian.kill()
     counts.guardian.wait()
-    workers = _start_workers(counts, registry, exo_python, marked=True)
+    workers = _start_workers(counts, registry, exo_python, marked=True) or []
     try:
         for worker in workers:
             scenarios.kill_worker(worker)
@@ -194,12 +203,23 @@ def _round_while_down(
 
 def _start_workers(
     counts: _Counts, registry: Path, exo_python: str, *, marked: bool
-) -> list[scenarios.StartedWorker]:
+) -> list[scenarios.StartedWorker] | None:
+    """A round's two workers; None if one did not start (`start_worker` has ended it,
+    and those started before it are cleaned up here): the round is not run."""
     workers: list[scenarios.StartedWorker] = []
     for index in range(2):
-        worker = scenarios.start_worker(
-            ["idle", "idle"], watch="none", python=exo_python, registry=registry
-        )
+        try:
+            worker = scenarios.start_worker(
+                ["idle", "idle"], watch="none", python=exo_python, registry=registry
+            )
+        except RuntimeError as error:
+            for started in workers:
+                scenarios.cleanup(started)
+            counts.unstarted += 1
+            print(f"  soak: a round not run ({error})", flush=True)
+            if counts.unstarted > MAX_UNSTARTED:
+                raise
+            return None
         workers.append(worker)
         counts.starts += 1
         if marked and index == 0:
@@ -311,7 +331,8 @@ def render(result: SoakResult, rows: int = 12) -> str:
             f"| {sample.leftovers} |"
         )
     verdict = "; ".join(result.problems) if result.problems else "flat: nothing grew past its slack"
-    return "\n".join([*lines, "", f"Verdict: {verdict}."])
+    unstarted = f"Rounds not run because a stand-in did not start: {result.unstarted}."
+    return "\n".join([*lines, "", f"Verdict: {verdict}. {unstarted}"])
 
 
 def section(arguments: argparse.Namespace, scratch: Path) -> str:
