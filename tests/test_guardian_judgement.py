@@ -4,18 +4,21 @@ made-up scans)."""
 from __future__ import annotations
 
 import dataclasses
+import time
+from pathlib import Path
 
-from exo_orphan_guard.guardian.judgement import Judgement, still_stands
+from exo_orphan_guard.guardian.judgement import Judgement, Place, place_of, still_stands
 from exo_orphan_guard.guardian.watchlist import exo_processes
 from exo_orphan_guard.sweeper.process_table import ProcessInfo
-from exo_orphan_guard.sweeper.verdicts import SweepOptions, decide
+from exo_orphan_guard.sweeper.verdicts import SweepOptions, Verdict, decide
 from exo_orphan_guard.system.identity import ProcessIdentity
 from exo_orphan_guard.system.process_facts import Pid
-from tests.helpers.snapshots import EXO_PY, proc, table
+from tests.helpers.snapshots import EXO_PY, proc, record, table
 
 WORKER = proc(200, 1, argv=(EXO_PY, "-m", "exo"))
 RUNNERS = (proc(210, 200, exo=False), proc(211, 200, exo=False))
 CANDIDATES = frozenset({Pid(210), Pid(211)})
+PLACE: Place = ((1, 2, 3), None)
 
 
 def _judged(*processes: ProcessInfo) -> Judgement:
@@ -23,7 +26,7 @@ def _judged(*processes: ProcessInfo) -> Judgement:
     verdicts = decide(snapshot, [], SweepOptions(fingerprint=True))
     found = exo_processes(snapshot, verdicts)
     candidates = frozenset(info.pid for info in snapshot.processes.values() if info.is_spawn_child)
-    return Judgement(snapshot, verdicts, (), found, candidates, (), starting=False)
+    return Judgement(snapshot, verdicts, (), found, candidates, (), False, (), PLACE)
 
 
 def _stands(
@@ -34,6 +37,7 @@ def _stands(
     named_pids: tuple[int, ...] = (),
     watched: set[ProcessIdentity] | None = None,
     exit_watched: set[ProcessIdentity] | None = None,
+    place: Place = PLACE,
 ) -> bool:
     """`last` against a scan that found what it did, but for what is given."""
     return still_stands(
@@ -43,6 +47,7 @@ def _stands(
         named_pids,
         set(last.found) if watched is None else watched,
         set(last.found) if exit_watched is None else exit_watched,
+        place,
     )
 
 
@@ -77,3 +82,30 @@ def test_an_orphan_to_end_or_a_young_one_judges_again() -> None:
     assert any(verdict.action == "kill" for verdict in last.verdicts)
     assert not _stands(last)
     assert not _stands(dataclasses.replace(_judged(), starting=True))
+    # An ending decided for a process that is no candidate: a recorded runner, say.
+    ending = Verdict(Pid(600), "kill", "its worker is gone")
+    assert not _stands(dataclasses.replace(_judged(), verdicts=(ending,)))
+
+
+def test_a_runner_record_or_a_registry_changed_judges_again() -> None:
+    """A recorded runner may be any process, and its worker's death shows only in a
+    judgement; a record written since shows in the registry's directories."""
+    idle = _judged()
+    recorded = Verdict(
+        Pid(600), "spare", "its worker is alive", record=record(600, WORKER.identity)
+    )
+    assert not _stands(dataclasses.replace(idle, verdicts=(*idle.verdicts, recorded)))
+    assert not _stands(idle, place=((1, 2, 4), None)), "a record written"
+    assert not _stands(idle, place=((1, 2, 3), (1, 5, 6))), "the host's directory made"
+
+
+def test_a_record_written_changes_the_registrys_place(tmp_path: Path) -> None:
+    before = place_of([tmp_path, tmp_path / "host"])
+    assert before[0] is not None and before[1] is None
+    (tmp_path / "host").mkdir()
+    made = place_of([tmp_path, tmp_path / "host"])
+    assert made != before
+    time.sleep(0.01)  # a coarse clock could give the rename the mkdir's time
+    (tmp_path / "host" / ".tmp").write_text("{}")
+    (tmp_path / "host" / ".tmp").rename(tmp_path / "host" / "runner-600.json")
+    assert place_of([tmp_path, tmp_path / "host"]) != made

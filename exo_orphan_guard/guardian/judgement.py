@@ -15,7 +15,10 @@ else while all of these hold:
   dies, and its exit watch says so at once (a death changes what is watched, and the
   scan after it judges again);
 - the last judgement ended nothing and saw no young orphan that may yet show it is
-  exo (`leaving.starting`).
+  exo (`leaving.starting`);
+- the registry holds no runner record, and its directories are as they were (`Place`):
+  a recorded runner may be any process, and its worker's death shows only in a
+  judgement, as does a record written since.
 
 On Linux a candidate's pid handed out again after root set the allocator back, unseen
 by any scan, waits for the next whole listing (at least every
@@ -27,8 +30,10 @@ afresh before any signal.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import final
 
 from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
@@ -36,6 +41,10 @@ from ..sweeper.verdicts import Verdict
 from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
 from .watchlist import Watched
+
+Place = tuple[tuple[int, int, int] | None, ...]
+"""Device, inode and modification time (ns) of each registry directory, None where
+there is none: a record written, removed or renamed into one changes it."""
 
 
 @final
@@ -53,6 +62,10 @@ class Judgement:
     named_pids: tuple[int, ...]
     starting: bool
     """A young orphan not known to be exo was seen."""
+    registry: tuple[Path, ...]
+    """The registry's directories that were looked at."""
+    place: Place
+    """`registry` as it was (`place_of`)."""
 
 
 def still_stands(
@@ -62,11 +75,15 @@ def still_stands(
     named_pids: tuple[int, ...],
     watched: Collection[ProcessIdentity],
     exit_watched: Collection[ProcessIdentity],
+    place: Place,
 ) -> bool:
-    """Whether judging now would find what `last` found (see the module's docstring)."""
+    """Whether judging now would find what `last` found (see the module's docstring);
+    `place`: `last.registry` as it is now."""
     if not unchanged or candidates != last.candidates or named_pids != last.named_pids:
         return False
-    if last.starting or any(verdict.action == "kill" for verdict in last.verdicts):
+    if last.starting or place != last.place:
+        return False
+    if any(verdict.action == "kill" or verdict.record is not None for verdict in last.verdicts):
         return False
     exo_processes = set(last.found)
     if set(watched) != exo_processes or not exo_processes <= set(exit_watched):
@@ -84,3 +101,16 @@ def named_processes(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInf
     )
     found = [table.processes.get(Pid(pid)) or read.get(Pid(pid)) for pid in pids]
     return [info for info in found if info is not None]
+
+
+def place_of(directories: Sequence[Path]) -> Place:
+    """Each directory's device, inode and modification time; None where there is none."""
+    place: list[tuple[int, int, int] | None] = []
+    for directory in directories:
+        try:
+            info = os.stat(directory)
+        except OSError:
+            place.append(None)
+        else:
+            place.append((info.st_dev, info.st_ino, info.st_mtime_ns))
+    return tuple(place)

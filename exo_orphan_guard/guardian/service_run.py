@@ -59,7 +59,7 @@ from ..watch.waiters import usable_waiters, wait_for_exit
 from . import registry_wait, watchlist
 from .cheap_scan import CheapScan
 from .endings import KILL_WAIT_SECONDS, OPTIONS, Claims, end_runners
-from .judgement import Judgement, named_processes, still_stands
+from .judgement import Judgement, named_processes, place_of, still_stands
 from .leaving import Leaving, holder_leaving, starting
 from .log import say
 from .pidfile import PidfileReader
@@ -170,8 +170,7 @@ class Guardian:
         them spawned less than a scan before it died was never seen under it, but it
         started after it, and it is found orphaned within the grace."""
         self._exit_watches: dict[ProcessIdentity, threading.Thread] = {}
-        """exo processes with an exit watch under way: one each, however often they
-        lose and regain runners (a model unloaded, another loaded)."""
+        """exo processes with an exit watch under way: one each, whatever their runners."""
         self._claims = Claims()
         self._sightings_problem: str | None = None
         self._sightings = watchlist.Remembering()
@@ -265,9 +264,8 @@ class Guardian:
             watched = set(self._watched)
             exit_watched = {exo for exo, watch in self._exit_watches.items() if watch.is_alive()}
         last = self._judgement
-        if last is None or not still_stands(
-            last, candidates, scan.unchanged, named_pids, watched, exit_watched
-        ):
+        now = (candidates, scan.unchanged, named_pids, watched, exit_watched)
+        if last is None or not still_stands(last, *now, place_of(last.registry)):
             last = self._judgement = self._judge(candidates, named_pids)
         table, verdicts, named, found = last.table, last.verdicts, last.named, last.found
         starts = {info.identity: info.create_time for info in (*table.processes.values(), *named)}
@@ -314,7 +312,8 @@ class Guardian:
     def _judge(self, candidates: frozenset[Pid], named_pids: tuple[int, ...]) -> Judgement:
         """The table judged as a sweep judges it, and what it shows remembered."""
         registry, _ = Registry.open(self._base, create=False)
-        scan = self._cheap_scan
+        directories = (self._base,) if registry is None else (self._base, registry.path)
+        place, scan = place_of(directories), self._cheap_scan  # before the records are read
         table, verdicts = judge(registry, OPTIONS, [], candidates, scan.memo, scan.seen)
         named = named_processes(table, named_pids)
         found = watchlist.exo_processes(table, verdicts, named)
@@ -324,7 +323,8 @@ class Guardian:
                 say(problem)
             self._sightings_problem = problem
         young = starting(verdicts, time.time())
-        return Judgement(table, verdicts, tuple(named), found, candidates, named_pids, young)
+        judged = (table, verdicts, tuple(named), found, candidates, named_pids, young)
+        return Judgement(*judged, directories, place)
 
     def _in_pidfile(self) -> tuple[int, ...]:
         """The pid in exo's pidfile (exo main writes one; releases and the app before
