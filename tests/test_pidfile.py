@@ -61,12 +61,13 @@ def test_a_read_that_hangs_costs_no_scan_a_wait_and_one_thread(tmp_path: Path) -
         return 4242
 
     readers = _readers()
-    reader = PidfileReader(tmp_path / "exo.pid", read=hanging, answer_seconds=0.2)
+    reader = PidfileReader(tmp_path / "exo.pid", read=hanging, answer_seconds=1.0)
     assert reader.pid() == (None, True), "nothing was read yet"
     _until(lambda: reader.pid() == (4242, True))  # and the second read, which hangs
-    _until(lambda: len(reads) == 2)
+    # At once, well within its second: the read just asked for is not late yet.
     assert reader.pid() == (4242, True), "a read under way is not late yet"
-    time.sleep(0.2)
+    _until(lambda: len(reads) == 2)
+    time.sleep(1.0)
     for _ in range(3):
         asked = time.monotonic()
         assert reader.pid() == (None, False)
