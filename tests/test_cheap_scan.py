@@ -138,6 +138,8 @@ def test_the_listing_shows_processes_and_never_threads(
     assert threaded.pid in listed and not tids & listed.keys()
     assert set(among) == {threaded.pid}
     assert among[Pid(threaded.pid)] == listed[Pid(threaded.pid)]
+    assert system.stamp_of(threaded.pid) == listed[Pid(threaded.pid)]
+    assert system.stamp_of(2**22 + 1) is None
     if system.BACKEND == "linux":
         assert listed[Pid(threaded.pid)] is not None
     assert system.command_line(threaded.pid) == dict(system.iter_command_lines())[Pid(threaded.pid)]
@@ -301,6 +303,37 @@ def test_a_pid_given_back_by_an_allocator_set_back_is_found_by_the_next_whole_li
     else:
         raise AssertionError(f"not found within {FULL_LISTING_SCANS} scans")
     assert pid in _pids(agree(scan))
+
+
+@pytest.mark.machine_wide
+@pytest.mark.skipif(
+    not _may_choose_pids(), reason="choosing the next pid needs root in its own pid namespace"
+)
+def test_a_candidates_pid_given_back_by_an_allocator_set_back_is_seen_at_the_next_scan(
+    exo_python: str, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """A candidate's stamp is looked at every scan, whatever the allocator shows: a
+    kept judgement (`guardian.judgement`) rests on each candidate being the same
+    process. Here its pid goes to another runner and the allocator is set back to
+    where the last scan saw it, so the scan lists nothing else."""
+    if system.creation_mark() is None:
+        pytest.skip("without the allocator's mark every scan lists whole, unstamped: above")
+    first = _start(processes, _runner_argv(exo_python))
+    pid = first.pid
+    scan = CheapScan()
+
+    def settled() -> bool:
+        agree(scan)
+        return scan.unchanged
+
+    assert wait_until(settled, timeout=10.0), "nothing new, scan after scan"
+    mark = system.creation_mark()
+    assert mark is not None
+    _next_pid(pid)
+    _runner_in_place_of(first, processes, exo_python)
+    _next_pid(mark.last_pid + 1)
+    assert pid in scan.candidates()
+    assert not scan.unchanged
 
 
 @pytest.mark.machine_wide

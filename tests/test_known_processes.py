@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 import pytest
 
@@ -18,6 +18,7 @@ from exo_orphan_guard.guardian.known_processes import (
     absorb,
     kind_of,
     listing_plan,
+    looked_at,
     nothing_new,
     plan_reads,
 )
@@ -211,6 +212,23 @@ def test_what_a_scan_lists(
     assert listing_plan(before, now, scans) == choice
 
 
+def test_a_candidate_is_looked_at_whenever_its_stamp_is_not_the_one_it_was_read_under() -> None:
+    """Whatever the allocator shows: it does not show a pid handed out after root set
+    it back."""
+    table = {100: 1, 200: 2, 300: 3}
+    known = _settled(table, _runner_at(200, 300))
+    same = {Pid(200): 2, Pid(300): 3}
+    assert looked_at("none", known, same) == frozenset()
+    assert looked_at(range(301, 303), known, same) == {301, 302}
+    assert looked_at("none", known, {**same, Pid(300): 9}) == {300}
+    assert looked_at("none", known, {**same, Pid(300): None}) == {300}
+    assert looked_at("none", known, {Pid(200): 2}) == {300}
+    assert looked_at(range(301, 302), known, {}) == {200, 300, 301}
+    assert looked_at("whole", known, same) is None
+    unstamped = dict.fromkeys(table)
+    assert looked_at("none", _settled(unstamped, _runner_at(200)), {Pid(200): None}) == {200}
+
+
 def test_the_scans_since_a_whole_listing_are_counted() -> None:
     known, _ = _scan(Known(), {10: 1})
     assert known.scans_since_whole == 0 and known.mark == MARK
@@ -224,7 +242,10 @@ def _runner_at(*pids: int) -> Reader:
 
 
 def _unchanged(
-    before: Known, found: Mapping[int, Stamp | None] | None, read: Reader, covered: range | None
+    before: Known,
+    found: Mapping[int, Stamp | None] | None,
+    read: Reader,
+    covered: Collection[int] | None,
 ) -> bool:
     listing = None if found is None else Listing({Pid(pid): s for pid, s in found.items()}, covered)
     reads = plan_reads(before, listing)
@@ -244,6 +265,10 @@ def test_nothing_is_new_only_when_each_candidate_is_still_the_same_process() -> 
     assert _unchanged(known, {**table, 301: 4}, runner, range(301, 302))
     # The candidate's pid handed out again: another process holds it now.
     assert not _unchanged(known, {**table, 200: 9}, runner, range(200, 201))
+    # Nothing handed out that the allocator shows: the candidate alone looked at.
+    assert _unchanged(known, {200: 2}, runner, frozenset({200}))
+    assert not _unchanged(known, {200: 9}, runner, frozenset({200}))
+    assert not _unchanged(known, {}, runner, frozenset({200}))
     # A new candidate, or the candidate no longer one.
     assert not _unchanged(known, {**table, 301: 4}, _runner_at(200, 301), range(301, 302))
     assert not _unchanged(known, None, _others, None)

@@ -24,6 +24,7 @@ from .known_processes import (
     absorb,
     kind_of,
     listing_plan,
+    looked_at,
     nothing_new,
     plan_reads,
 )
@@ -45,11 +46,13 @@ class CheapScan:
         known = self._known
         mark = system.creation_mark()
         choice = listing_plan(known.mark, mark, known.scans_since_whole)
+        stamps = {} if choice == "whole" else {p: system.stamp_of(p) for p in known.candidates}
+        pids = looked_at(choice, known, stamps)
         listing: Listing | None = None
-        if choice == "whole":
+        if pids is None:
             listing = Listing(system.list_processes())
-        elif choice != "none":
-            listing = Listing(system.processes_among(choice), choice)
+        elif pids:
+            listing = Listing(system.processes_among(pids), pids)
         reads = plan_reads(known, listing)
         kinds: dict[Pid, Kind] = {pid: kind_of(system.command_line(pid)) for pid in reads.pids}
         self._known = absorb(known, mark, listing, reads, kinds)

@@ -20,14 +20,15 @@ those a full scan's command-line pass would find, and the judging is the same.
 It lists processes only when the pid allocator moved (`listing_plan`): nothing
 created since the last scan needs no listing, a few pids handed out are looked at
 alone, and a whole listing comes at least every `FULL_LISTING_SCANS` scans (the
-bound for an allocator set back by root).
+bound for an allocator set back by root). Each candidate's stamp is checked at every
+scan all the same (`looked_at`): whether they are still the same processes.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, final
 
@@ -70,7 +71,7 @@ def kind_of(command_line: bytes | None) -> Kind:
 @dataclass(frozen=True, slots=True)
 class Listing:
     found: Mapping[Pid, Stamp | None]
-    covered: range | None = None
+    covered: Collection[int] | None = None
     """The pids looked at; None: all of them."""
 
 
@@ -126,6 +127,24 @@ def listing_plan(
         return "whole"  # set back, or wrapped: low pids were handed out then
     handed_out = range(before.last_pid + 1, now.last_pid + 1)
     return handed_out if len(handed_out) <= PROBE_LIMIT else "whole"
+
+
+def looked_at(
+    choice: ListingChoice, known: Known, candidate_stamps: Mapping[Pid, Stamp | None]
+) -> frozenset[int] | None:
+    """The pids a scan looks at alone (None: a whole listing): `listing_plan`'s, and
+    each last candidate whose stamp (`system.stamp_of`, one stat) is not the one it
+    was read under. After root set the allocator back, a candidate's pid may have
+    gone to another runner unseen by the allocator's mark: only its stamp tells, and
+    a kept judgement (`nothing_new`) rests on each candidate being the same process."""
+    if choice == "whole":
+        return None
+    moved = frozenset(
+        pid
+        for pid in known.candidates
+        if candidate_stamps.get(pid) is None or candidate_stamps[pid] != known.stamps.get(pid)
+    )
+    return moved if choice == "none" else moved.union(choice)
 
 
 def plan_reads(known: Known, listing: Listing | None) -> Reads:

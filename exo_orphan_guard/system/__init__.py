@@ -257,6 +257,14 @@ def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
 
 
 @_backed
+def stamp_of(pid: int) -> Stamp | None:
+    """The stamp `list_processes` would give `pid` if it is still the process it
+    listed; None: gone, or no stamp to trust. A thread's id may answer: a stamp
+    another listing gave tells only that nothing took the pid over."""
+    raise NotImplementedError
+
+
+@_backed
 def creation_mark() -> CreationMark | None:
     """Where the pid allocator stands (Linux); None where it cannot be read."""
     raise NotImplementedError

@@ -266,6 +266,14 @@ def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
     return found
 
 
+def stamp_of(pid: int) -> Stamp | None:
+    """One stat, where `processes_among` also reads the status file to tell a thread."""
+    try:
+        return _stamp(os.stat(f"/proc/{pid}").st_ino)
+    except OSError:
+        return None
+
+
 def _stamp(inode: int) -> Stamp | None:
     """readdir reports inode 1 for an entry it could not set up (its process exiting)."""
     return inode if inode > 1 else None

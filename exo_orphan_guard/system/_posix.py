@@ -261,6 +261,12 @@ def processes_among(pids: Collection[int]) -> dict[Pid, Stamp | None]:
     return {Pid(pid): None for pid in pids if _exists(pid)}
 
 
+def stamp_of(pid: int) -> Stamp | None:
+    """psutil's listing has no stamps."""
+    del pid
+    return None
+
+
 def _exists(pid: int) -> bool:
     return read_or(lambda: psutil.pid_exists(pid), False)
 
