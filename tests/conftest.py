@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -169,6 +170,17 @@ def notes(tmp_path: Path) -> Path:
     directory = tmp_path / "notes"
     directory.mkdir()
     return directory
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts into the list; killed and reaped at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
 
 
 @pytest.fixture(scope="session")
