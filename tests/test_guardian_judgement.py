@@ -4,6 +4,7 @@ made-up scans)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from tests.helpers.snapshots import EXO_PY, proc, record, table
 WORKER = proc(200, 1, argv=(EXO_PY, "-m", "exo"))
 RUNNERS = (proc(210, 200, exo=False), proc(211, 200, exo=False))
 CANDIDATES = frozenset({Pid(210), Pid(211)})
-PLACE: Place = ((1, 2, 3), None)
+SETTLED_NS = time.time_ns()
+PLACE = Place(((1, 2, 3), None), SETTLED_NS)
 
 
 def _judged(*processes: ProcessInfo) -> Judgement:
@@ -95,13 +97,14 @@ def test_a_runner_record_or_a_registry_changed_judges_again() -> None:
         Pid(600), "spare", "its worker is alive", record=record(600, WORKER.identity)
     )
     assert not _stands(dataclasses.replace(idle, verdicts=(*idle.verdicts, recorded)))
-    assert not _stands(idle, place=((1, 2, 4), None)), "a record written"
-    assert not _stands(idle, place=((1, 2, 3), (1, 5, 6))), "the host's directory made"
+    assert not _stands(idle, place=Place(((1, 2, 4), None), SETTLED_NS)), "a record written"
+    made = Place(((1, 2, 3), (1, 5, 6)), SETTLED_NS)
+    assert not _stands(idle, place=made), "the host's directory made"
 
 
 def test_a_record_written_changes_the_registrys_place(tmp_path: Path) -> None:
     before = place_of([tmp_path, tmp_path / "host"])
-    assert before[0] is not None and before[1] is None
+    assert before.directories[0] is not None and before.directories[1] is None
     (tmp_path / "host").mkdir()
     made = place_of([tmp_path, tmp_path / "host"])
     assert made != before
@@ -109,3 +112,33 @@ def test_a_record_written_changes_the_registrys_place(tmp_path: Path) -> None:
     (tmp_path / "host" / ".tmp").write_text("{}")
     (tmp_path / "host" / ".tmp").rename(tmp_path / "host" / "runner-600.json")
     assert place_of([tmp_path, tmp_path / "host"]) != made
+
+
+def test_a_record_written_within_the_mtimes_granule_after_the_look_judges_again(
+    tmp_path: Path,
+) -> None:
+    """A directory's mtime is the kernel's coarse clock (a tick, 1-10 ms on Linux; a
+    whole second or two on some filesystems): a record written after the judgement
+    looked, within that granule, leaves the directory as the look saw it. Here the
+    write keeps the directory's time on purpose (`os.utime`), as such a write would."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "runner-600.json").write_text("{}")
+    judged = dataclasses.replace(_judged(), registry=(host,), place=place_of([host]))
+    looked = host.stat()
+    (host / "runner-601.json").write_text("{}")
+    os.utime(host, ns=(looked.st_atime_ns, looked.st_mtime_ns))
+    assert place_of([host]) == judged.place, "the write does not show"
+    assert not _stands(judged, place=place_of([host]))
+
+
+def test_a_judgement_whose_registry_was_long_unchanged_stands(tmp_path: Path) -> None:
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "runner-600.json").write_text("{}")
+    older = time.time_ns() - 60 * 10**9
+    os.utime(host, ns=(older, older))
+    judged = dataclasses.replace(_judged(), registry=(host,), place=place_of([host]))
+    assert _stands(judged, place=place_of([host]))
+    (host / "runner-601.json").write_text("{}")
+    assert not _stands(judged, place=place_of([host])), "a record written"

@@ -16,25 +16,25 @@ else while all of these hold:
   scan after it judges again);
 - the last judgement ended nothing and saw no young orphan that may yet show it is
   exo (`leaving.starting`);
-- the registry holds no runner record, and its directories are as they were (`Place`):
-  a recorded runner may be any process, and its worker's death shows only in a
+- the registry holds no runner record, and its directories are as they were (`Place`),
+  having been so for longer than a write could leave unseen (`SETTLED_SECONDS`): a
+  recorded runner may be any process, and its worker's death shows only in a
   judgement, as does a record written since.
 
-On Linux a candidate's pid handed out again after root set the allocator back, unseen
-by any scan, waits for the next whole listing (at least every
-`known_processes.FULL_LISTING_SCANS` scans), as a new process does. macOS lists every
-process at each scan, stamped by start time; the portable backend's listing has no
-stamps, so there every scan judges. An ending never uses a kept judgement: it judges
-afresh before any signal.
+Each candidate's stamp is looked at every scan, so a pid handed out again after root
+set the allocator back shows at once. macOS lists every process at each scan, stamped
+by start time; the portable backend's listing has no stamps, so there every scan
+judges. An ending never uses a kept judgement: it judges afresh before any signal.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import final
+from typing import Final, final
 
 from ..sweeper.process_table import ProcessInfo, ProcessTable, gather
 from ..sweeper.verdicts import Verdict
@@ -42,9 +42,28 @@ from ..system.identity import ProcessIdentity
 from ..system.process_facts import Pid
 from .watchlist import Watched
 
-Place = tuple[tuple[int, int, int] | None, ...]
-"""Device, inode and modification time (ns) of each registry directory, None where
-there is none: a record written, removed or renamed into one changes it."""
+SETTLED_SECONDS: Final = 2.0
+"""A write into a directory sets its mtime from a coarse clock: a tick (1-10 ms on
+Linux), or the filesystem's granule (FAT's 2 s). A write after a look, within the
+granule of the mtime the look saw, leaves the directory as seen; once its mtime is
+this much older than the look, any later write changes it."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Device, inode and modification time (ns) of each registry directory, None where
+    there is none: a record written, removed or renamed into one changes it."""
+
+    directories: tuple[tuple[int, int, int] | None, ...]
+    looked_ns: int = field(compare=False)
+    """The wall clock when they were looked at."""
+
+    @property
+    def settled(self) -> bool:
+        """Whether a write since the look must show (`SETTLED_SECONDS`)."""
+        margin = SETTLED_SECONDS * 1e9
+        return all(d is None or self.looked_ns - d[2] >= margin for d in self.directories)
 
 
 @final
@@ -81,7 +100,7 @@ def still_stands(
     `place`: `last.registry` as it is now."""
     if not unchanged or candidates != last.candidates or named_pids != last.named_pids:
         return False
-    if last.starting or place != last.place:
+    if last.starting or not last.place.settled or place != last.place:
         return False
     if any(verdict.action == "kill" or verdict.record is not None for verdict in last.verdicts):
         return False
@@ -106,6 +125,7 @@ def named_processes(table: ProcessTable, pids: Sequence[int]) -> list[ProcessInf
 def place_of(directories: Sequence[Path]) -> Place:
     """Each directory's device, inode and modification time; None where there is none."""
     place: list[tuple[int, int, int] | None] = []
+    looked_ns = time.time_ns()
     for directory in directories:
         try:
             info = os.stat(directory)
@@ -113,4 +133,4 @@ def place_of(directories: Sequence[Path]) -> Place:
             place.append(None)
         else:
             place.append((info.st_dev, info.st_ino, info.st_mtime_ns))
-    return tuple(place)
+    return Place(tuple(place), looked_ns)
