@@ -1,0 +1,48 @@
+"""Whether a guarded runner ended under exo's own stop as an unguarded one did.
+
+exo's stop races each runner's own exit against its own SIGTERM: the supervisor joins
+the runner for 3 s (5 s at v1.0.71) before it SIGTERMs it, and v1.0.71's leaving
+process SIGTERMs its runners through multiprocessing's atexit. A runner that unwinds
+within the join exits with its own code; the same runner on a loaded machine is
+SIGTERMed before it is done. Which side a round lands on is exo's race, not the
+guard's: a difference of exactly that kind is a `join race`, which the test settles
+by playing both rounds again (a guard that kept its runner from exiting by itself
+loses the race every time). Any other difference is the guard's.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from tests.helpers.app_quit import RunnerEnd
+
+JOIN_SECONDS = 3.0
+"""exo's shortest join before its SIGTERM (main's `AsyncProcess`), from the stop: a
+SIGTERM seen sooner is not the join running out."""
+ATEXIT = "SIGTERM (multiprocessing's atexit)"
+
+Comparison = Literal["same", "join race", "different"]
+
+
+def compare(guarded: RunnerEnd, unguarded: RunnerEnd) -> Comparison:
+    """`guarded` against `unguarded`, the same runner's ending in the same stop."""
+    if guarded.by != "exo" or unguarded.by != "exo":
+        return "different"
+    if guarded.how == unguarded.how:
+        return "same"
+    signalled = _signalled_of_a_pair(guarded, unguarded)
+    if signalled is None:
+        return "different"
+    if signalled.how == ATEXIT:
+        return "join race"
+    if signalled.gone_s is not None and signalled.gone_s >= JOIN_SECONDS:
+        return "join race"
+    return "different"
+
+
+def _signalled_of_a_pair(first: RunnerEnd, second: RunnerEnd) -> RunnerEnd | None:
+    """The one exo SIGTERMed, where the other exited by itself."""
+    for own, signalled in ((first, second), (second, first)):
+        if own.how.startswith("exit ") and signalled.how in ("SIGTERM", ATEXIT):
+            return signalled
+    return None

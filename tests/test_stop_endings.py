@@ -1,0 +1,39 @@
+"""The rule that tells exo's own join race from a guard that changed a runner's ending
+(`helpers/stop_endings.py`, used by `test_exo_unchanged.py`), on made-up endings."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.app_quit import RunnerEnd
+from tests.helpers.stop_endings import ATEXIT, Comparison, compare
+
+
+def _end(how: str, gone_s: float | None = 1.0, by: str = "exo") -> RunnerEnd:
+    return RunnerEnd("idle", 4242, gone_s, by, how)
+
+
+@pytest.mark.parametrize(
+    ("guarded", "unguarded", "expected"),
+    [
+        (_end("exit 0"), _end("exit 0", 2.0), "same"),
+        (_end("SIGTERM", 3.4), _end("SIGTERM", 3.1), "same"),
+        # The runner still unwinding when exo's join ran out, either way round.
+        (_end("SIGTERM", 3.39), _end("exit 0", 2.9), "join race"),
+        (_end("exit 1", 2.95), _end("SIGTERM", 3.22), "join race"),
+        (_end(ATEXIT, 0.3), _end("exit 1", 0.2), "join race"),
+        # A SIGTERM before any join could run out is not exo's stop.
+        (_end("SIGTERM", 1.2), _end("exit 0", 0.9), "different"),
+        # Another clean ending: exo's Shutdown where a KeyboardInterrupt was.
+        (_end("exit 0"), _end("exit 1"), "different"),
+        (_end("SIGKILL", 8.1), _end("exit 0"), "different"),
+        (_end("exit 0"), _end("SIGKILL", 8.1), "different"),
+        (_end("ended (SIGINT, SIGINT)", by="guardian"), _end("exit 0"), "different"),
+        (_end("alive", None, by="orphaned"), _end("alive", None, by="orphaned"), "different"),
+        (_end("exit 0"), _end("exit 0", by="guardian"), "different"),
+    ],
+)
+def test_only_exos_own_race_passes_for_the_same_ending(
+    guarded: RunnerEnd, unguarded: RunnerEnd, expected: Comparison
+) -> None:
+    assert compare(guarded, unguarded) == expected
