@@ -165,7 +165,8 @@ through exec and into every runner exo spawns."""
 def test_a_runner_that_ignores_sigint_gets_sigterm_not_the_busy_wait(
     exo_python: str, notes: Path, isolated_environment: Path
 ) -> None:
-    """exo started in the background from a script: SIGINT cannot end its runners, so
+    """A worker started in the background from a script that sets no SIGINT handler
+    of its own before its runners (exo's `Node.run` does): SIGINT cannot end them, so
     waiting out the busy wait (here 60 s) would only delay the kill."""
     if system.BACKEND != "linux":
         pytest.skip("only Linux shows another process's signal dispositions (a limit)")

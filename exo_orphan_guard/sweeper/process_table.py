@@ -88,8 +88,9 @@ class ProcessInfo:
     stuck in the kernel on its way out (`ps` shows `?E`). Never gone: its status is
     EXITING, its memory and group unknown, and no signal reaches it."""
     ignores_sigint: bool | None = None
-    """Read for exo's spawn children (Linux only; None: unknown): a runner of an exo
-    started in the background from a script inherits SIGINT ignored."""
+    """Read for exo's spawn children (Linux only; None: unknown): a spawn child of a
+    process started in the background from a script that set no SIGINT handler before
+    spawning it inherits SIGINT ignored (exo's own process sets one first)."""
     exo_evidence: str | None = None
     """What shows that it runs exo (`exo_detect`), in words; None: nothing does, or it
     was not looked for. Read for spawn children whose parent shows none, and for the

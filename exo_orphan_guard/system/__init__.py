@@ -162,9 +162,10 @@ def is_exiting(pid: int) -> bool | None:
 
 @_backed
 def ignores_signal(pid: int, signal_number: int) -> bool | None:
-    """Whether the process ignores the signal (SIG_IGN), as a runner of an exo started
-    in the background from a script ignores SIGINT; None where it cannot be read
-    (only Linux shows another process's dispositions)."""
+    """Whether the process ignores the signal (SIG_IGN), as a spawn child of a
+    process started in the background from a script ignores SIGINT where its parent
+    set no handler first; None where it cannot be read (only Linux shows another
+    process's dispositions)."""
     raise NotImplementedError
 
 
