@@ -99,8 +99,12 @@ def new_account(uv_index: Path) -> Generator[Account]:
         (local_bin / "uv").symlink_to(UV)
         fakes = base / "fakes"
         fake_systemd.install_fakes(fakes, base / "systemd-state.json")
+        # A Mac gives every account a TMPDIR of its own; without one, uv leaves its
+        # lock files in /tmp.
+        (base / "tmp").mkdir()
         env = {
             "HOME": str(home),
+            "TMPDIR": str(base / "tmp"),
             "USER": USER,
             "LANG": "C.UTF-8",
             "PATH": f"{local_bin}:{fakes}:/usr/bin:/bin",
