@@ -56,9 +56,15 @@ at 8 s; exo's Shutdown waits 3 s for the acknowledgement, then its join, SIGTERM
 waits (measured unguarded: docs/exo-evidence.md)."""
 
 
-JOIN_RACE_REPLAYS = 3
+JOIN_RACE_REPLAYS = 5
 """How often a guarded round and an unguarded one are played again when a runner's
-own exit and exo's SIGTERM raced differently in each (`stop_endings`)."""
+own exit and exo's SIGTERM raced differently in each (`stop_endings`). At a load
+where an idle runner's exit takes about exo's 3 s join (2026-12-08, two busy loops
+in sessions of their own), 4 of 10 unguarded rounds and 1 of 16 guarded ones lost the
+race. Once the unguarded runner has shown its exit, only a race the guarded one lost
+is played again: with both losing half their rounds, a pair is such a race a quarter
+of the time, so an unchanged runner fails all six about once in 4,000 runs; a guard
+that keeps it from exiting by itself fails every pair."""
 
 
 def _round(
@@ -70,9 +76,12 @@ def _round(
     return done
 
 
-def _join_races(done: Round, off: Round, version: str, scenario: Scenario) -> list[str]:
+def _join_races(
+    done: Round, off: Round, off_exits: dict[str, set[str]], version: str, scenario: Scenario
+) -> list[str]:
     """The roles whose ending in `done` differs from `off`'s only by exo's join race;
-    any other difference fails."""
+    any other difference fails. `off_exits`: each role's exits in the unguarded
+    rounds so far."""
     config = done.config
     assert done.package_seen == (config == "on-package"), done
     assert done.guardian_started == (config == "on-package"), done
@@ -89,7 +98,7 @@ def _join_races(done: Round, off: Round, version: str, scenario: Scenario) -> li
         assert extra == expected, (config, role, seen, baseline)
         end, unguarded = done.runners[role], off.runners[role]
         assert end.gone_s is not None and end.gone_s < BOUNDS[scenario], (config, done)
-        comparison = compare(end, unguarded)
+        comparison = compare(end, unguarded, off_exits[role])
         assert comparison != "different", (config, role, end, unguarded)
         if comparison == "join race":
             races.append(role)
@@ -101,20 +110,26 @@ def _join_races(done: Round, off: Round, version: str, scenario: Scenario) -> li
 def test_a_guarded_runner_is_an_unguarded_one_while_its_worker_lives(
     version: str, scenario: Scenario, exo_work: Path, exo_venv_cache: Path
 ) -> None:
+    off_exits: dict[str, set[str]] = {"idle": set(), "busy": set()}
+
     def play(config: Config) -> Round:
-        return _round(version, config, scenario, exo_work, exo_venv_cache)
+        done = _round(version, config, scenario, exo_work, exo_venv_cache)
+        if config == "off":
+            assert _join_races(done, done, off_exits, version, scenario) == []
+            for role, end in done.runners.items():
+                if end.how.startswith("exit "):
+                    off_exits[role].add(end.how)
+        return done
 
     off = play("off")
-    assert _join_races(off, off, version, scenario) == []
     for config in CONFIGS[1:]:
         done = play(config)
-        races = _join_races(done, off, version, scenario)
+        races = _join_races(done, off, off_exits, version, scenario)
         for _ in range(JOIN_RACE_REPLAYS):
             if not races:
                 break
             print(f"\n{config}: exo's join race for {races}; both played again")
             off = play("off")
-            _join_races(off, off, version, scenario)
             done = play(config)
-            races = _join_races(done, off, version, scenario)
+            races = _join_races(done, off, off_exits, version, scenario)
         assert races == [], (config, races, done, off)

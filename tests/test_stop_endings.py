@@ -37,3 +37,23 @@ def test_only_exos_own_race_passes_for_the_same_ending(
     guarded: RunnerEnd, unguarded: RunnerEnd, expected: Comparison
 ) -> None:
     assert compare(guarded, unguarded) == expected
+
+
+@pytest.mark.parametrize(
+    ("guarded", "unguarded", "expected"),
+    [
+        # The guarded runner won the race, with an exit the unguarded one has shown.
+        (_end("exit 0", 2.9), _end("SIGTERM", 3.4), "same"),
+        (_end(ATEXIT, 0.3), _end("exit 0", 0.2), "join race"),
+        # It lost it: only a round it wins shows its own exit.
+        (_end("SIGTERM", 3.4), _end("exit 0", 2.9), "join race"),
+        # Its exit is not one the unguarded runner has shown.
+        (_end("exit 1", 2.9), _end("SIGTERM", 3.4), "join race"),
+        # Still no race: a SIGTERM before the join could run out.
+        (_end("exit 0", 0.9), _end("SIGTERM", 1.2), "different"),
+    ],
+)
+def test_a_won_race_counts_once_the_unguarded_runner_showed_that_exit(
+    guarded: RunnerEnd, unguarded: RunnerEnd, expected: Comparison
+) -> None:
+    assert compare(guarded, unguarded, unguarded_exits={"exit 0"}) == expected

@@ -7,11 +7,14 @@ within the join exits with its own code; the same runner on a loaded machine is
 SIGTERMed before it is done. Which side a round lands on is exo's race, not the
 guard's: a difference of exactly that kind is a `join race`, which the test settles
 by playing both rounds again (a guard that kept its runner from exiting by itself
-loses the race every time). Any other difference is the guard's.
+loses the race every time). A race the guarded runner won is no sign against the
+guard once its exit is one the unguarded runner has shown too. Any other difference
+is the guard's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Literal
 
 from tests.helpers.app_quit import RunnerEnd
@@ -24,8 +27,12 @@ ATEXIT = "SIGTERM (multiprocessing's atexit)"
 Comparison = Literal["same", "join race", "different"]
 
 
-def compare(guarded: RunnerEnd, unguarded: RunnerEnd) -> Comparison:
-    """`guarded` against `unguarded`, the same runner's ending in the same stop."""
+def compare(
+    guarded: RunnerEnd, unguarded: RunnerEnd, unguarded_exits: Collection[str] = ()
+) -> Comparison:
+    """`guarded` against `unguarded`, the same runner's ending in the same stop;
+    `unguarded_exits`: the exits (`exit N`) the unguarded runner showed in other
+    rounds of the same stop."""
     if guarded.by != "exo" or unguarded.by != "exo":
         return "different"
     if guarded.how == unguarded.how:
@@ -33,11 +40,12 @@ def compare(guarded: RunnerEnd, unguarded: RunnerEnd) -> Comparison:
     signalled = _signalled_of_a_pair(guarded, unguarded)
     if signalled is None:
         return "different"
-    if signalled.how == ATEXIT:
-        return "join race"
-    if signalled.gone_s is not None and signalled.gone_s >= JOIN_SECONDS:
-        return "join race"
-    return "different"
+    joined_out = signalled.gone_s is not None and signalled.gone_s >= JOIN_SECONDS
+    if signalled.how != ATEXIT and not joined_out:
+        return "different"
+    if signalled is unguarded and guarded.how in unguarded_exits:
+        return "same"
+    return "join race"
 
 
 def _signalled_of_a_pair(first: RunnerEnd, second: RunnerEnd) -> RunnerEnd | None:
