@@ -44,7 +44,9 @@ UV := $(BIN)/uv
 # This checkout on sys.path by a plain .pth line, not setuptools' import hook: the hook
 # imports pathlib and importlib.util into every Python process at start (24 ms of CPU
 # each here, 45 against 21 for `python -c pass`), and the suite starts thousands.
-UV_INSTALL = $(UV) pip install -q --python $(1) --config-settings editable_mode=compat -e
+# uv leaves a lock file in its TMPDIR for each checkout it builds: it goes in the venv.
+UV_TMP := $(abspath $(VENV))/tmp
+UV_INSTALL = mkdir -p $(UV_TMP) && TMPDIR=$(UV_TMP) $(UV) pip install -q --python $(1) --config-settings editable_mode=compat -e
 
 .PHONY: all setup venvs venv-3.13 test test-full coverage coverage-full lint typecheck pytest pytest-single pytest-common pytest-portable pytest-3.13 demo bench soak reach test-exo dist clean
 
