@@ -23,8 +23,10 @@ import pytest
 
 from exo_orphan_guard.exo import bugfix
 
+from .helpers.app_quit import Round
 from .helpers.exo_stop import STOP_VERSIONS, stop_round
 from .helpers.exo_trees import REPO, exo_environment, exo_src
+from .helpers.stop_endings import lost_the_join_race
 from .test_exo_checks import BASEDPYRIGHT, GIT, RUFF, basedpyright, exo_python, pristine, tool_venv
 
 pytestmark = [
@@ -40,15 +42,32 @@ CLI = [sys.executable, "-m", "exo_orphan_guard"]
 EXO_TEST = "src/exo/worker/tests/unittests/test_runner/test_supervisor_stop.py"
 
 
+CLEAN_ROUNDS = 5
+"""Rounds of the fixed stop the idle runner is given to exit 0. It is told to stop
+before exo's join, then races it (`helpers/stop_endings.py`): on a loaded machine it
+may still be unwinding when the join runs out (2026-12-08, two busy loops in
+sessions of their own: exit 0 at 2.4-2.7 s against main's 3 s). Without the fix it
+is never told, and loses every round."""
+
+
 @pytest.mark.parametrize("version", STOP_VERSIONS)
 def test_with_the_bugfix_exos_own_stop_ends_the_idle_runner_clean(
     version: str, exo_work: Path, exo_venv_cache: Path
 ) -> None:
-    done = stop_round(version, fixed=True, work=exo_work, venv_cache=exo_venv_cache)
-    print(f"\n{done.line()}")
+    for _ in range(CLEAN_ROUNDS):
+        done = stop_round(version, fixed=True, work=exo_work, venv_cache=exo_venv_cache)
+        print(f"\n{done.line()}")
+        _check_busy_runner(done, version)
+        idle = done.runners["idle"]
+        if (idle.by, idle.how) == ("exo", "exit 0"):
+            return
+        assert lost_the_join_race(idle), done
+    pytest.fail(f"the idle runner never exited by itself in {CLEAN_ROUNDS} rounds")
+
+
+def _check_busy_runner(done: Round, version: str) -> None:
     assert done.exo_end_s is not None and done.exo_exit == 0, done
-    idle, busy = done.runners["idle"], done.runners["busy"]
-    assert idle.by == "exo" and idle.how == "exit 0", done
+    busy = done.runners["busy"]
     # The busy runner is still exo's to end, by exo's own SIGTERM after the join. On
     # v1.0.71 the join after that SIGTERM is cancelled with the stop (it would hold the
     # event loop otherwise), so multiprocessing's atexit reaps it; not at once, as on

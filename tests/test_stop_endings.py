@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.app_quit import RunnerEnd
-from tests.helpers.stop_endings import ATEXIT, Comparison, compare
+from tests.helpers.stop_endings import ATEXIT, Comparison, compare, lost_the_join_race
 
 
 def _end(how: str, gone_s: float | None = 1.0, by: str = "exo") -> RunnerEnd:
@@ -57,3 +57,18 @@ def test_a_won_race_counts_once_the_unguarded_runner_showed_that_exit(
     guarded: RunnerEnd, unguarded: RunnerEnd, expected: Comparison
 ) -> None:
     assert compare(guarded, unguarded, unguarded_exits={"exit 0"}) == expected
+
+
+@pytest.mark.parametrize(
+    ("end", "lost"),
+    [
+        (_end("SIGTERM", 3.2), True),
+        (_end(ATEXIT, 0.1), True),
+        (_end("SIGTERM", 1.2), False),
+        (_end("exit 0", 3.2), False),
+        (_end("SIGKILL", 9.0), False),
+        (_end("killed (busy_wait, SIGKILL)", 9.0, by="guardian"), False),
+    ],
+)
+def test_a_runner_lost_the_join_race_only_to_exos_own_sigterm(end: RunnerEnd, lost: bool) -> None:
+    assert lost_the_join_race(end) is lost

@@ -38,14 +38,19 @@ def compare(
     if guarded.how == unguarded.how:
         return "same"
     signalled = _signalled_of_a_pair(guarded, unguarded)
-    if signalled is None:
-        return "different"
-    joined_out = signalled.gone_s is not None and signalled.gone_s >= JOIN_SECONDS
-    if signalled.how != ATEXIT and not joined_out:
+    if signalled is None or not lost_the_join_race(signalled):
         return "different"
     if signalled is unguarded and guarded.how in unguarded_exits:
         return "same"
     return "join race"
+
+
+def lost_the_join_race(end: RunnerEnd) -> bool:
+    """Whether exo's own SIGTERM, after its join or as it left, ended the runner."""
+    if end.by != "exo":
+        return False
+    joined_out = end.gone_s is not None and end.gone_s >= JOIN_SECONDS
+    return end.how == ATEXIT or (end.how == "SIGTERM" and joined_out)
 
 
 def _signalled_of_a_pair(first: RunnerEnd, second: RunnerEnd) -> RunnerEnd | None:
