@@ -46,7 +46,7 @@ CLEAN_ROUNDS = 5
 """Rounds of the fixed stop the idle runner is given to exit 0. It is told to stop
 before exo's join, then races it (`helpers/stop_endings.py`): on a loaded machine it
 may still be unwinding when the join runs out (2026-12-08, two busy loops in
-sessions of their own: exit 0 at 2.4-2.7 s against main's 3 s). Without the fix it
+sessions of their own: at main, exit 0 at 2.4-2.6 s against its 3 s). Without the fix it
 is never told, and loses every round."""
 
 
@@ -57,7 +57,7 @@ def test_with_the_bugfix_exos_own_stop_ends_the_idle_runner_clean(
     for _ in range(CLEAN_ROUNDS):
         done = stop_round(version, fixed=True, work=exo_work, venv_cache=exo_venv_cache)
         print(f"\n{done.line()}")
-        _check_busy_runner(done, version)
+        _check_exo_and_busy_runner(done, version)
         idle = done.runners["idle"]
         if (idle.by, idle.how) == ("exo", "exit 0"):
             return
@@ -65,7 +65,7 @@ def test_with_the_bugfix_exos_own_stop_ends_the_idle_runner_clean(
     pytest.fail(f"the idle runner never exited by itself in {CLEAN_ROUNDS} rounds")
 
 
-def _check_busy_runner(done: Round, version: str) -> None:
+def _check_exo_and_busy_runner(done: Round, version: str) -> None:
     assert done.exo_end_s is not None and done.exo_exit == 0, done
     busy = done.runners["busy"]
     # The busy runner is still exo's to end, by exo's own SIGTERM after the join. On
