@@ -44,11 +44,17 @@ def bounds(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_sweep_waits_for_a_busy_orphan_until_it_returns_and_ends_clean(
-    start_worker: StartWorker, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    start_worker: StartWorker,
+    isolated_environment: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The sweep starts before the watchdog has recorded the runner busy (0.5 s after
     the notice): it reads the endings again when its first, short deadline is out,
-    instead of sending a SIGTERM that would kill the runner (no handler for it yet)."""
+    instead of sending a SIGTERM that would kill the runner (no handler for it yet).
+    It says the runner is busy wherever the watchdog recorded it so. On a loaded
+    machine the notice can come in the native call's last 0.5 s: the runner is back
+    in Python before it could be recorded busy, and ends clean all the same."""
     worker = start_worker(["gilbusy"], notes=tmp_path)
     runner = worker.runners[0].identity
     wait_for_note(tmp_path, runner.pid, "native begun")
@@ -61,8 +67,12 @@ def test_a_sweep_waits_for_a_busy_orphan_until_it_returns_and_ends_clean(
     assert events[-2:] == ["raised", "finally"], events
     waits = [line for line in captured.err.splitlines() if f"runner {runner.pid}" in line]
     assert waits, captured.err
-    assert any("busy in native code" in line and "GIL held" in line for line in waits), waits
     assert all("waiting for" in line and "until" in line for line in waits), waits
+    recorded = endings.read(
+        host_directory(isolated_environment) / endings.ENDINGS_NAME, system.boot_id()
+    )
+    if any(ending.identity == runner and ending.event == "busy" for ending in recorded):
+        assert any("busy in native code" in line and "GIL held" in line for line in waits), waits
     assert GIL_BUSY_SECONDS < BUSY_WAIT
 
 
