@@ -52,7 +52,7 @@ def test_a_sweep_waits_for_a_busy_orphan_until_it_returns_and_ends_clean(
     """The sweep starts before the watchdog has recorded the runner busy (0.5 s after
     the notice): it reads the endings again when its first, short deadline is out,
     instead of sending a SIGTERM that would kill the runner (no handler for it yet).
-    It says the runner is busy wherever the watchdog recorded it so. On a loaded
+    It says the runner is busy exactly where the watchdog recorded it so. On a loaded
     machine the notice can come in the native call's last 0.5 s: the runner is back
     in Python before it could be recorded busy, and ends clean all the same."""
     worker = start_worker(["gilbusy"], notes=tmp_path)
@@ -71,8 +71,9 @@ def test_a_sweep_waits_for_a_busy_orphan_until_it_returns_and_ends_clean(
     recorded = endings.read(
         host_directory(isolated_environment) / endings.ENDINGS_NAME, system.boot_id()
     )
-    if any(ending.identity == runner and ending.event == "busy" for ending in recorded):
-        assert any("busy in native code" in line and "GIL held" in line for line in waits), waits
+    recorded_busy = any(ending.identity == runner and ending.event == "busy" for ending in recorded)
+    said_busy = any("busy in native code" in line and "GIL held" in line for line in waits)
+    assert said_busy == recorded_busy, (waits, recorded)
     assert GIL_BUSY_SECONDS < BUSY_WAIT
 
 
